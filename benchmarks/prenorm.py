@@ -1,0 +1,168 @@
+"""RMSNorm → linear on the GPU: Inductor's norm kernel, cuBLAS, torch.compile default and max-autotune, and this
+plugin, measured side by side in one run (triton.testing.do_bench medians, variants interleaved round-robin).
+
+    python benchmarks/prenorm.py                      # the issue's sweep, all baselines
+    python benchmarks/prenorm.py --quick              # three shapes, no max-autotune
+    python benchmarks/prenorm.py --shapes 16384x4096x4096 --json out.json
+
+hidden % = (t_norm + t_mm − t_fused) / t_norm: the share of the norm's own time that the fusion removes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (256, 512, 1024, 2048)]
+LARGE = [(16384, 4096, 4096), (16384, 4096, 12288), (8192, 4096, 28672)]
+QUICK = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]
+EPS = 1e-6
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def reference(x, g, w):
+    xd = x.double()
+    return (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * g.double()) @ w.double().t()
+
+
+def norm_then_linear(x, g, w):
+    return F.linear(F.rms_norm(x, (x.shape[-1],), g, EPS), w)
+
+
+def bench_round_robin(fns: dict, rounds: int = 2) -> dict:
+    from triton.testing import do_bench
+
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(do_bench(fn, warmup=10, rep=30, return_mode="median"))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def run_shape(M, K, N, dtype, args) -> dict:
+    import norm_fusion_inductor as nfi
+    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+
+    torch._dynamo.reset()
+    dev = "cuda"
+    x = torch.randn(M, K, device=dev, dtype=dtype)
+    g = (1 + 0.1 * torch.randn(K, device=dev)).to(dtype)
+    w = (torch.randn(N, K, device=dev) / K**0.5).to(dtype)
+    normed = F.rms_norm(x, (K,), g, EPS)
+    row = {"M": M, "K": K, "N": N, "dtype": str(dtype).replace("torch.", "")}
+
+    compile_t = {}
+
+    def compiled(fn, **kw):
+        t0 = time.perf_counter()
+        c = torch.compile(fn, **kw)
+        c(x, g, w)
+        torch.cuda.synchronize()
+        compile_t[kw.get("backend", kw.get("mode", "default"))] = time.perf_counter() - t0
+        return c
+
+    norm_only = compiled(lambda x, g, w: F.rms_norm(x, (K,), g, EPS))
+    default = compiled(norm_then_linear)
+    nfi.clear_reports()
+    plugin = compiled(norm_then_linear, backend="norm_fusion")  # policy "auto": fused only where measured faster
+    row["plugin_choice"] = [(s.rewritten, s.reason) for s in nfi.reports()]
+    y = torch.empty_like(x)
+    in_loop = kern.tuned_plan(x, w, g, None, EPS, prologues=("in_loop",))
+    pre_pass = kern.tuned_plan(x, w, g, None, EPS, prologues=("pre_pass",))
+    row["plans"] = {"in_loop": in_loop, "pre_pass": pre_pass, "chosen": kern.tuned_plan(x, w, g, None, EPS)}
+    fns = {
+        "norm": lambda: norm_only(x, g, w),
+        "mm": lambda: torch.mm(normed, w.t()),
+        "copy": lambda: y.copy_(x),
+        "default": lambda: default(x, g, w),
+        "fused_kernel": lambda: kern.rms_norm_matmul(x, g, w, None, EPS),
+        "in_loop": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=in_loop),
+        "pre_pass": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=pre_pass),
+        "plain_gemm": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=("plain", pre_pass[1])),
+        "plugin": lambda: plugin(x, g, w),
+    }
+    if not args.no_max_autotune and (args.max_autotune_shapes is None or
+                                     f"{M}x{K}x{N}" in args.max_autotune_shapes):
+        fns["max_autotune"] = (lambda c: (lambda: c(x, g, w)))(
+            compiled(norm_then_linear, mode="max-autotune-no-cudagraphs"))
+
+    # correctness first: fresh inputs, poisoned outputs are impossible to miss since rel_err would be huge
+    ref = reference(x, g, w)
+    out_k, rstd = kern.rms_norm_matmul(x, g, w, None, EPS)
+    row["err_fused"] = rel_err(out_k, ref)
+    row["err_plugin"] = rel_err(plugin(x, g, w), ref)
+    row["err_default"] = rel_err(default(x, g, w), ref)
+    row.update({f"t_{k}": v for k, v in bench_round_robin(fns).items()})
+    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    for impl in ("fused_kernel", "plugin"):
+        t = row[f"t_{impl}"]
+        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
+        row[f"ratio_{impl}"] = t / best_baseline
+    row["gemm_vs_cublas"] = row["t_plain_gemm"] / row["t_mm"]
+    row["compile_s"] = compile_t
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--shapes", nargs="*", help="MxKxN ...")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--no-max-autotune", action="store_true")
+    p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
+    p.add_argument("--json")
+    args = p.parse_args()
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
+    else:
+        shapes = QUICK if args.quick else SWEEP + LARGE
+    if args.quick:
+        args.no_max_autotune = True
+    dtype = getattr(torch, args.dtype)
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton "
+          f"{__import__('triton').__version__}  python {platform.python_version()}  "
+          f"{time.strftime('%Y-%m-%d')}", flush=True)
+    rows = []
+    cols = ["t_copy", "t_norm", "t_mm", "t_default", "t_max_autotune", "t_plain_gemm", "t_in_loop", "t_pre_pass",
+            "t_fused_kernel", "t_plugin"]
+    print("| M×K×N | " + " | ".join(c[2:] for c in cols) +
+          " | hidden % (plugin) | hidden % (kernel) | plugin / best | fused? | err |", flush=True)
+    print("|" + "---|" * (len(cols) + 6), flush=True)
+    for M, K, N in shapes:
+        try:
+            row = run_shape(M, K, N, dtype, args)
+        except Exception as e:  # report and go on: one broken shape must not hide the others
+            print(f"| {M}×{K}×{N} | failed: {type(e).__name__}: {str(e)[:200]} |", flush=True)
+            continue
+        rows.append(row)
+        cells = [f"{row[c]:.3f}" if c in row else "–" for c in cols]
+        print(f"| {M}×{K}×{N} | " + " | ".join(cells) +
+              f" | {100 * row['hidden_plugin']:.0f} | {100 * row['hidden_fused_kernel']:.0f} | "
+              f"{row['ratio_plugin']:.3f} | {'yes' if any(c[0] for c in row['plugin_choice']) else 'no'} | "
+              f"{row['err_plugin']:.1e} |",
+              flush=True)
+    if rows:
+        for impl in ("plugin", "fused_kernel"):
+            hid = [r[f"hidden_{impl}"] for r in rows if r["K"] <= 2048 and r["N"] <= 2048]
+            if hid:
+                print(f"{impl}: median hidden (K,N ≤ 2048) {100 * statistics.median(hid):.1f}%, "
+                      f"best {100 * max(hid):.1f}%")
+        print(f"worst plugin / best baseline: {max(r['ratio_plugin'] for r in rows):.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

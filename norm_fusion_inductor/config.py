@@ -1,0 +1,85 @@
+"""The plugin's configuration: which fusions run, how the implementation is chosen, what is logged.
+
+Given to the backend as ``options={"norm_fusion": {...}}`` or to :func:`norm_fusion_inductor.inductor_options`.
+Unknown names and wrong types raise at once, naming the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+FUSIONS = ("rms_norm_matmul",)
+POLICIES = ("auto", "always", "never")
+
+
+@dataclasses.dataclass(frozen=True)
+class NormFusionConfig:
+    #: fusions to run; see ``FUSIONS``
+    fusions: tuple = FUSIONS
+    #: "auto": a site is rewritten only where the fused kernel measured faster than the unfused path (at compile
+    #: time, cached); "always": rewrite every supported site; "never": rewrite nothing, only report the sites
+    policy: str = "auto"
+    #: with policy "auto", the fused kernel must beat the unfused estimate by this factor: a margin for the
+    #: run-to-run spread of large GEMMs on the H200 (±3–5% measured) and for the
+    #: compile-time timings, which differed from the benchmark by up to 15% (BENCHMARKS.md)
+    min_speedup: float = 1.05
+    #: with policy "auto", a fused site must keep at least this much GPU time per call (ms), unless Inductor
+    #: runs the graph under CUDA graphs: the fused op is called through Python, which costs the host ~0.1–0.15 ms
+    #: per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting on the host
+    min_kernel_ms: float = 0.15
+    #: log every site (rewritten or not, and why) to the ``norm_fusion_inductor`` logger at INFO;
+    #: the environment variable NORM_FUSION_LOG=1 does the same
+    log: bool = False
+    #: also log each graph after the rewrite
+    log_graph: bool = False
+    #: where measured choices are cached across processes; None: ~/.cache/norm_fusion_inductor
+    cache_dir: Any = None
+
+    def __post_init__(self) -> None:
+        _check_type("fusions", self.fusions, (tuple, list, frozenset, set))
+        object.__setattr__(self, "fusions", tuple(self.fusions))
+        for name in self.fusions:
+            if name not in FUSIONS:
+                raise ValueError(f"norm_fusion option 'fusions': unknown fusion {name!r}; known: {', '.join(FUSIONS)}")
+        _check_type("policy", self.policy, str)
+        if self.policy not in POLICIES:
+            raise ValueError(f"norm_fusion option 'policy' must be one of {POLICIES}, got {self.policy!r}")
+        _check_type("min_speedup", self.min_speedup, (int, float))
+        if self.min_speedup <= 0:
+            raise ValueError(f"norm_fusion option 'min_speedup' must be > 0, got {self.min_speedup}")
+        _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
+        if self.min_kernel_ms < 0:
+            raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")
+        for flag in ("log", "log_graph"):
+            _check_type(flag, getattr(self, flag), bool)
+        if self.cache_dir is not None:
+            _check_type("cache_dir", self.cache_dir, (str, os.PathLike))
+
+    @classmethod
+    def from_any(cls, value: "NormFusionConfig | Mapping[str, Any] | None") -> "NormFusionConfig":
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"norm_fusion options must be a dict or NormFusionConfig, got {type(value).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown norm_fusion option(s) {', '.join(map(repr, unknown))}; "
+                             f"known options: {', '.join(sorted(known))}")
+        return cls(**value)
+
+    @property
+    def logging_enabled(self) -> bool:
+        return self.log or self.log_graph or os.environ.get("NORM_FUSION_LOG", "0") not in ("", "0")
+
+
+def _check_type(name: str, value: Any, types) -> None:
+    if isinstance(value, bool) and types in (int, float, (int, float)):
+        raise TypeError(f"norm_fusion option {name!r} must be a number, got bool")
+    if not isinstance(value, types):
+        want = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        raise TypeError(f"norm_fusion option {name!r} must be {want}, got {type(value).__name__} ({value!r})")

@@ -1,0 +1,136 @@
+"""The Inductor graph pass that runs the pattern families, and the Inductor options that install it.
+
+The pass runs as ``joint_custom_post_pass``: on the joint forward+backward graph in training and on the forward
+graph at inference, after Inductor's own joint-graph cleanups, in aten IR. It is a ``CustomGraphPass`` whose
+``uuid()`` hashes the plugin's sources and the config, so the FX graph cache keeps working and is invalidated when
+either changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import itertools
+import pathlib
+from typing import Any, Optional
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from . import report
+from .config import NormFusionConfig
+
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+_GRAPH_COUNTER = itertools.count()
+_CONTEXT: list["PassContext"] = []
+
+
+class PassContext:
+    """State of one run of the pass over one graph: the config, the backward-only nodes, the site records."""
+
+    def __init__(self, graph: torch.fx.Graph, config: NormFusionConfig):
+        from norm_fusion_inductor.patterns.common import backward_only_nodes
+
+        self.graph_id = next(_GRAPH_COUNTER)
+        self.config = config
+        self.backward = backward_only_nodes(graph)
+        self.sites: list[report.SiteRecord] = []
+        self.current_family = ""
+
+    def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
+        return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")
+
+    def reject(self, site: report.SiteRecord, reason: str, implementation: str = "unfused") -> None:
+        site.reason, site.implementation = reason, implementation
+        self._record(site)
+
+    def accept(self, site: report.SiteRecord, implementation: str, reason: str) -> None:
+        site.rewritten, site.implementation, site.reason = True, implementation, reason
+        self._record(site)
+
+    def _record(self, site: report.SiteRecord) -> None:
+        self.sites.append(site)
+        report.record(site, emit=self.config.logging_enabled)
+
+
+def current_context() -> PassContext:
+    return _CONTEXT[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    from norm_fusion_inductor import patterns
+
+    roots = [_PACKAGE_DIR, pathlib.Path(patterns.__file__).resolve().parent]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+class NormFusionPass(CustomGraphPass):
+    """Runs the enabled pattern families; then the pass the user had installed, if any."""
+
+    def __init__(self, config: Optional[NormFusionConfig] = None, chained: Any = None):
+        self.config = NormFusionConfig.from_any(config)
+        self.chained = chained
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        from norm_fusion_inductor.patterns import FAMILIES
+
+        if self.config.logging_enabled:
+            report.enable_logging()
+        ctx = PassContext(graph, self.config)
+        _CONTEXT.append(ctx)
+        try:
+            for name in self.config.fusions:
+                FAMILIES[name].apply(graph, ctx)
+        finally:
+            _CONTEXT.pop()
+        if ctx.sites and any(s.rewritten for s in ctx.sites):
+            graph.eliminate_dead_code()
+            if self.config.log_graph:
+                report.log.info("[graph %d] after norm_fusion:\n%s", ctx.graph_id, graph)
+        if self.chained is not None:
+            self.chained(graph)
+
+    def uuid(self) -> Optional[Any]:
+        chained_id = None
+        if self.chained is not None:
+            if not isinstance(self.chained, CustomGraphPass):
+                return None  # an opaque user pass: Inductor must bypass its cache, as it would without us
+            chained_id = self.chained.uuid()
+            if chained_id is None:
+                return None
+        return f"norm_fusion:{_source_hash()}:{self.config!r}:{chained_id!r}"
+
+
+def inductor_options(config: "NormFusionConfig | dict | None" = None, **config_kwargs) -> dict:
+    """Inductor config entries that install the plugin's pass, for ``torch.compile(options=...)`` or
+    ``torch._inductor.config.patch(...)``. A joint_custom_post_pass already set in Inductor's config runs
+    after ours.
+
+        torch.compile(model, options=norm_fusion_inductor.inductor_options(policy="auto"))
+    """
+    if config is not None and config_kwargs:
+        raise TypeError("give either a config or keyword options, not both")
+    cfg = NormFusionConfig.from_any(config if config is not None else config_kwargs)
+    existing = torch._inductor.config.joint_custom_post_pass
+    return {"joint_custom_post_pass": NormFusionPass(cfg, chained=unwrap_user_pass(existing))}
+
+
+def unwrap_user_pass(existing):
+    """Installing twice must not run the families twice: keep only what the user had before us."""
+    while isinstance(existing, NormFusionPass):
+        existing = existing.chained
+    return existing
+
+
+@contextlib.contextmanager
+def enabled(config: "NormFusionConfig | dict | None" = None, **config_kwargs):
+    """Context manager: every torch.compile (Inductor) call inside runs the plugin's pass."""
+    with torch._inductor.config.patch(inductor_options(config, **config_kwargs)):
+        yield

@@ -1,0 +1,14 @@
+from setuptools import setup
+
+setup(
+    name="norm_fusion_inductor",
+    version="0.1.0",
+    description="Normalization fused into matmuls (and attention) for torch.compile / Inductor",
+    python_requires=">=3.10",
+    # patterns/ lives at the top of the repository, installed as norm_fusion_inductor.patterns
+    packages=["norm_fusion_inductor", "norm_fusion_inductor.kernels", "norm_fusion_inductor.patterns"],
+    package_dir={"norm_fusion_inductor.patterns": "patterns"},
+    install_requires=["torch>=2.11", "triton>=3.6"],
+    extras_require={"test": ["pytest", "expecttest", "numpy<2.3"]},
+    entry_points={"torch_dynamo_backends": ["norm_fusion = norm_fusion_inductor.backend:norm_fusion_backend"]},
+)

@@ -1,0 +1,67 @@
+"""Shared test helpers: model code written as libraries write it, and float64 references."""
+
+import torch
+import torch.nn as nn
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def rms_linear_reference64(x, gamma, w, bias, eps):
+    """out, rstd of rmsnorm(x)·γ @ wᵀ + b, in float64."""
+    xd = x.double()
+    rstd = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+    h = xd * rstd
+    if gamma is not None:
+        h = h * gamma.double()
+    out = h @ w.double().t()
+    if bias is not None:
+        out = out + bias.double()
+    return out, rstd
+
+
+class LlamaRMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm, verbatim in structure."""
+
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class LlamaRMSNormNoWeight(nn.Module):
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return hidden_states.to(input_dtype)
+
+
+class T5LayerNorm(nn.Module):
+    """transformers' T5LayerNorm."""
+
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
+            hidden_states = hidden_states.to(self.weight.dtype)
+        return self.weight * hidden_states

@@ -1,0 +1,175 @@
+"""Configuration, entry points, pass composition, the FX graph cache and logging."""
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+import norm_fusion_inductor as nfi
+from norm_fusion_inductor.passes import NormFusionPass
+
+from .helpers import LlamaRMSNorm, rel_err
+
+
+def small_model():
+    torch.manual_seed(0)
+    return nn.Sequential(LlamaRMSNorm(32), nn.Linear(32, 16))
+
+
+ALWAYS = {"norm_fusion": {"policy": "always"}}
+
+
+# --- configuration errors name the option ----------------------------------------------------------------------
+
+def test_unknown_option_is_named():
+    with pytest.raises(ValueError, match="'polcy'"):
+        nfi.NormFusionConfig.from_any({"polcy": "auto"})
+    with pytest.raises(ValueError, match="unknown fusion 'layer_norm_matmul'"):
+        nfi.NormFusionConfig(fusions=("layer_norm_matmul",))
+
+
+def test_wrong_types_and_values_are_named():
+    with pytest.raises(TypeError, match="'min_speedup' must be int or float"):
+        nfi.NormFusionConfig(min_speedup="2")
+    with pytest.raises(TypeError, match="'min_speedup' must be a number, got bool"):
+        nfi.NormFusionConfig(min_speedup=True)
+    with pytest.raises(TypeError, match="'log' must be bool"):
+        nfi.NormFusionConfig(log=1)
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        nfi.NormFusionConfig(policy="fastest")
+    with pytest.raises(TypeError, match="dict or NormFusionConfig"):
+        nfi.inductor_options(["auto"])
+
+
+def test_backend_rejects_unknown_option_at_compile():
+    compiled = torch.compile(small_model(), backend="norm_fusion", options={"norm_fusion": {"bogus": 1}})
+    with pytest.raises(Exception, match="bogus"):
+        compiled(torch.randn(4, 32))
+    torch._dynamo.reset()
+
+
+# --- entry points ------------------------------------------------------------------------------------------------
+
+def test_backend_entry_point_works_without_import():
+    """`backend="norm_fusion"` after `pip install`, in a process that never imports the package itself."""
+    code = (
+        "import sys, torch\n"
+        "assert 'norm_fusion_inductor' not in sys.modules\n"
+        "m = torch.nn.Sequential(torch.nn.RMSNorm(16), torch.nn.Linear(16, 8))\n"
+        "x = torch.randn(4, 16)\n"
+        "out = torch.compile(m, backend='norm_fusion', options={'norm_fusion': {'policy': 'always'}})(x)\n"
+        "import norm_fusion_inductor as nfi\n"
+        "assert [s.rewritten for s in nfi.reports()] == [True], nfi.reports()\n"
+        "assert torch.allclose(out, m(x), atol=1e-5)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+class Recorder(CustomGraphPass):
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, graph):
+        self.calls.append((str(graph).count("norm_fusion.rms_norm_linear"), torch._inductor.config.max_autotune))
+
+    def uuid(self):
+        return "recorder-v1"
+
+
+def test_backend_mode_and_user_pass_in_options():
+    """mode= reaches Inductor; a joint_custom_post_pass given in options runs after ours."""
+    torch._dynamo.reset()
+    user_pass = Recorder()
+    model, x = small_model(), torch.randn(4, 32)
+    out = torch.compile(model, backend="norm_fusion", options={
+        **ALWAYS, "joint_custom_post_pass": user_pass, "max_autotune": True})(x)
+    assert rel_err(out, model(x)) < 1e-5
+    assert user_pass.calls == [(1, True)]  # saw our rewrite, and the Inductor option was applied
+    torch._dynamo.reset()
+    compiled = torch.compile(small_model(), backend="norm_fusion", mode="reduce-overhead")
+    assert rel_err(compiled(x), small_model()(x)) < 1e-5
+    torch._dynamo.reset()
+
+
+def test_inductor_options_compose_with_existing_pass():
+    user_pass = Recorder()
+    with torch._inductor.config.patch(joint_custom_post_pass=user_pass):
+        opts = nfi.inductor_options(policy="always")
+        npass = opts["joint_custom_post_pass"]
+        assert isinstance(npass, NormFusionPass) and npass.chained is user_pass
+        torch._dynamo.reset()
+        model, x = small_model(), torch.randn(4, 32)
+        out = torch.compile(model, options=opts)(x)  # the stock Inductor backend
+    assert rel_err(out, model(x)) < 1e-5
+    assert user_pass.calls and user_pass.calls[0][0] == 1
+    # installing twice does not run the families twice
+    with torch._inductor.config.patch(opts):
+        again = nfi.inductor_options(policy="always")["joint_custom_post_pass"]
+    assert again.chained is user_pass
+    torch._dynamo.reset()
+
+
+def test_enabled_context_manager():
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    model, x = small_model(), torch.randn(4, 32)
+    with nfi.enabled(policy="always"):
+        out = torch.compile(model)(x)
+    assert [s.rewritten for s in nfi.reports()] == [True]
+    assert rel_err(out, model(x)) < 1e-5
+    torch._dynamo.reset()
+
+
+# --- the FX graph cache ------------------------------------------------------------------------------------------
+
+def test_uuid_tracks_config_and_chained_pass():
+    a, b = NormFusionPass(nfi.NormFusionConfig()), NormFusionPass(nfi.NormFusionConfig())
+    assert a.uuid() == b.uuid() and a.uuid() is not None
+    assert NormFusionPass(nfi.NormFusionConfig(policy="never")).uuid() != a.uuid()
+    assert NormFusionPass(chained=Recorder()).uuid() != a.uuid()
+    assert NormFusionPass(chained=lambda g: None).uuid() is None  # an opaque user pass: Inductor must bypass
+
+
+def test_fx_graph_cache_is_not_bypassed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    counters.clear()
+    model, x = small_model(), torch.randn(4, 32)
+    with torch._inductor.config.patch(force_disable_caches=False, fx_graph_cache=True, fx_graph_remote_cache=False):
+        for _ in range(2):
+            torch._dynamo.reset()
+            out = torch.compile(model, backend="norm_fusion", options=ALWAYS)(x)
+    assert rel_err(out, model(x)) < 1e-5
+    assert counters["inductor"]["fxgraph_cache_bypass"] == 0
+    assert counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"] >= 1
+    torch._dynamo.reset()
+
+
+# --- logging -------------------------------------------------------------------------------------------------------
+
+def test_logs_every_site_with_reason(monkeypatch, caplog):
+    monkeypatch.setenv("NORM_FUSION_LOG", "1")
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="norm_fusion_inductor"):
+        torch.compile(small_model(), backend="norm_fusion")(torch.randn(4, 32))
+    lines = [r.getMessage() for r in caplog.records if r.name == "norm_fusion_inductor"]
+    assert any("not rewritten" in line and "no fused kernel for device 'cpu'" in line for line in lines), lines
+    torch._dynamo.reset()
+
+
+def test_log_graph_prints_rewritten_graph(caplog):
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="norm_fusion_inductor"):
+        torch.compile(small_model(), backend="norm_fusion",
+                      options={"norm_fusion": {"policy": "always", "log_graph": True}})(torch.randn(4, 32))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "REWRITTEN" in text and "after norm_fusion" in text and "norm_fusion.rms_norm_linear" in text
+    torch._dynamo.reset()

@@ -1,0 +1,79 @@
+"""GPU tests: the compiled Triton kernel and the plugin end to end on CUDA. Skipped without CUDA."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import norm_fusion_inductor as nfi
+from norm_fusion_inductor.kernels import prenorm_matmul
+
+from .helpers import LlamaRMSNorm, rel_err, rms_linear_reference64
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}
+
+
+def _poison_allocator(nbytes=1 << 28):
+    """Fill memory the caching allocator will hand out next with NaN, so unwritten outputs cannot pass."""
+    junk = torch.full((nbytes // 4,), float("nan"), device="cuda")
+    del junk
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("M,K,N", [(4096, 1024, 1024), (1000, 264, 520), (77, 4096, 128)])
+@pytest.mark.parametrize("gamma,bias", [(False, True), (True, True)])
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
+    x = torch.randn(M, K, device="cuda", dtype=dtype) * 3 + 0.5
+    g = (torch.rand(K, device="cuda") + 0.5).to(dtype) if gamma else None
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
+    b = torch.randn(N, device="cuda", dtype=dtype) if bias else None
+    plan = prenorm_matmul.tuned_plan(x, w, g, b, 1e-6, prologues=(prologue,))
+    _poison_allocator()
+    out, rstd = prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan)
+    ref, ref_rstd = rms_linear_reference64(x, g, w, b, 1e-6)
+    cfg = plan
+    assert not out.isnan().any() and not rstd.isnan().any(), f"unwritten output (NaN poison), configs {cfg}"
+    assert rel_err(out, ref) < TOL[dtype], f"out err {rel_err(out, ref):.2e}, configs {cfg}"
+    assert rel_err(rstd, ref_rstd.flatten()) < 1e-5, f"rstd err {rel_err(rstd, ref_rstd.flatten()):.2e}"
+
+
+class Block(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.norm = LlamaRMSNorm(d)
+        self.q, self.k = nn.Linear(d, n, bias=False), nn.Linear(d, n, bias=True)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h) * self.k(h)
+
+
+@pytest.mark.parametrize("policy", ["always", "auto"])
+def test_plugin_end_to_end_training(policy):
+    torch.manual_seed(0)
+    d, n = 1024, 512
+    m = Block(d, n).cuda().bfloat16()
+    m.norm.weight.data.uniform_(0.5, 1.5)
+    m64 = Block(d, n).cuda().double()
+    m64.load_state_dict(m.state_dict())
+    x = torch.randn(8, 1024, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x64 = x.detach().double().requires_grad_()
+    nfi.clear_reports()
+    c = torch.compile(m, backend="norm_fusion", options={"norm_fusion": {"policy": policy}})
+    out = c(x)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref = m64(x64)
+    ref.backward(grad.double())
+    sites = nfi.reports()
+    assert len(sites) == 1
+    if policy == "always":
+        assert sites[0].rewritten and sites[0].implementation == "fused_triton"
+    assert rel_err(out, ref) < 1e-2
+    assert rel_err(x.grad, x64.grad) < 2e-2
+    for p, p64 in zip(m.parameters(), m64.parameters()):
+        assert rel_err(p.grad, p64.grad) < 2e-2
+    torch._dynamo.reset()

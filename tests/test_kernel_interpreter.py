@@ -1,0 +1,94 @@
+"""The Triton kernels and the custom op on the CPU: kernels under TRITON_INTERPRET=1 (fp32/fp16; the 3.6
+interpreter computes bf16 dots wrongly), the op's reference path, fake implementation and autograd."""
+
+import os
+
+import pytest
+import torch
+
+from norm_fusion_inductor import ops
+from norm_fusion_inductor.kernels import prenorm_matmul
+
+from .helpers import rel_err, rms_linear_reference64
+
+interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="CPU interpreter tests")
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("M,K,N", [(37, 48, 40), (16, 16, 16), (50, 72, 8)])
+@pytest.mark.parametrize("gamma,bias", [(True, False), (False, True), (True, True), (False, False)])
+def test_kernel_matches_float64(dtype, prologue, M, K, N, gamma, bias):
+    torch.manual_seed(M * K + N)
+    x = torch.randn(M, K, dtype=dtype) * 2 + 0.3
+    g = (torch.rand(K) + 0.5).to(dtype) if gamma else None
+    w = (torch.randn(N, K) / K**0.5).to(dtype)
+    b = torch.randn(N, dtype=dtype) if bias else None
+    out, rstd = prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-5,
+                                               plan=(prologue, prenorm_matmul._INTERPRETER_CONFIG))
+    ref, ref_rstd = rms_linear_reference64(x, g, w, b, 1e-5)
+    assert rel_err(out, ref) < TOL[dtype]
+    assert rel_err(rstd, ref_rstd.flatten()) < 1e-6
+
+
+@interpreter
+def test_kernel_writes_every_element():
+    """Outputs poisoned with NaN beforehand: the kernel must overwrite every element of out and rstd."""
+    x = torch.randn(45, 32)
+    w = torch.randn(24, 32)
+    for prologue in prenorm_matmul.PROLOGUES:
+        out = torch.full((45, 24), float("nan"))
+        rstd = torch.full((45,), float("nan"))
+        prenorm_matmul._run((prologue, prenorm_matmul._INTERPRETER_CONFIG), x, None, w, None, 1e-6, out, rstd)
+        assert not out.isnan().any() and not rstd.isnan().any(), prologue
+
+
+@interpreter
+def test_op_uses_kernel_under_interpreter(monkeypatch):
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    calls = []
+    real = prenorm_matmul.rms_norm_matmul
+    monkeypatch.setattr(prenorm_matmul, "rms_norm_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(2, 9, 32)
+    g, w, b = torch.rand(32) + 0.5, torch.randn(16, 32), torch.randn(16)
+    out, rstd = torch.ops.norm_fusion.rms_norm_linear(x, g, w, b, 1e-6)
+    ref, ref_rstd = rms_linear_reference64(x.reshape(-1, 32), g, w, b, 1e-6)
+    assert calls and rel_err(out, ref) < 1e-5
+    assert rstd.shape == (2, 9, 1) and rel_err(rstd.flatten(), ref_rstd.flatten()) < 1e-6
+
+
+@pytest.mark.parametrize("gamma,bias", [(True, True), (False, False)])
+def test_op_reference_path_and_fake(gamma, bias):
+    x = torch.randn(3, 5, 16)
+    g = torch.rand(16) + 0.5 if gamma else None
+    w, b = torch.randn(8, 16), (torch.randn(8) if bias else None)
+    out, rstd = torch.ops.norm_fusion.rms_norm_linear(x, g, w, b, 1e-6)
+    ref, _ = rms_linear_reference64(x.reshape(-1, 16), g, w, b, 1e-6)
+    assert out.shape == (15, 8) and rel_err(out, ref) < 1e-5
+    torch.library.opcheck(torch.ops.norm_fusion.rms_norm_linear.default, (x, g, w, b, 1e-6),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_op_gradients_float64():
+    """gradcheck of the op's autograd formula (float64 runs the reference path)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    g = (torch.rand(6, dtype=torch.float64) + 0.5).requires_grad_()
+    w = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *a: torch.ops.norm_fusion.rms_norm_linear(*a, 1e-6)[0], (x, g, w, b))
+    assert torch.autograd.gradcheck(lambda x, w: torch.ops.norm_fusion.rms_norm_linear(x, None, w, None, 1e-6)[0],
+                                    (x, w))
+
+
+def test_supports_reports_reasons():
+    if torch.cuda.is_available():
+        pytest.skip("CPU reasons")
+    x, w = torch.randn(8, 16), torch.randn(8, 16)
+    assert "dtype" in prenorm_matmul.supports(x.double(), w.double())
+    assert "contiguous" in prenorm_matmul.supports(x.t(), w)
+    assert "differs" in prenorm_matmul.supports(x, w.half())
+    assert "16-byte" in prenorm_matmul.supports(torch.randn(8, 6), torch.randn(8, 6))

@@ -1,0 +1,230 @@
+"""RMSNorm → matmul patterns end to end on the CPU: every form real code writes, dtypes, 2-D/3-D, bias, several
+consumers, inference and training; parity with eager and float64; negative cases that must not be rewritten.
+
+The CPU runs the op's reference implementation (policy "always"), so these tests check the graph rewrite and the
+numerics of the rewritten graph; the kernel itself is tested in test_kernel_interpreter.py and test_gpu.py.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+import norm_fusion_inductor as nfi
+
+from .helpers import LlamaRMSNorm, LlamaRMSNormNoWeight, T5LayerNorm, rel_err
+
+FUSED_OP = "norm_fusion.rms_norm_linear"
+TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+class FunctionalRMSNorm(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), None, 1e-6)
+
+
+FORMS = {
+    "hf_llama": LlamaRMSNorm,
+    "hf_llama_no_weight": LlamaRMSNormNoWeight,
+    "t5": T5LayerNorm,
+    "nn_rmsnorm": lambda d: nn.RMSNorm(d, eps=1e-5),
+    "nn_rmsnorm_no_affine": lambda d: nn.RMSNorm(d, eps=1e-5, elementwise_affine=False),
+    "f_rms_norm_no_weight": FunctionalRMSNorm,
+}
+
+
+class NormQKV(nn.Module):
+    """One norm feeding three projections (q without bias, k/v with), as attention blocks do."""
+
+    def __init__(self, norm, d=32):
+        super().__init__()
+        self.norm = norm
+        self.q = nn.Linear(d, 16, bias=False)
+        self.k = nn.Linear(d, 24)
+        self.v = nn.Linear(d, 8)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h).sum(-1) + self.k(h).mean(-1) * self.v(h).amax(-1)
+
+
+class Capture(CustomGraphPass):
+    """Records graph text: as joint_custom_post_pass (chained after ours) and post_grad_custom_post_pass."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, graph):
+        self.graphs.append(str(graph))
+
+    def uuid(self):
+        return None  # no caching: every test compiles
+
+
+def _init(model):
+    torch.manual_seed(0)
+    for p in model.parameters():
+        if p.dim() == 1 and p.shape[0] == 32:
+            p.data.uniform_(0.5, 1.5)  # norm weights away from 1
+    return model
+
+
+def run(model, x, *, train, policy="always", options=None):
+    """Compile with the backend, run (and backward), compare with eager and float64. Returns the site records,
+    the joint graphs and the post-grad forward graphs."""
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    joint, post = Capture(), Capture()
+    opts = {"norm_fusion": {"policy": policy, **(options or {})}}
+    model64 = copy.deepcopy(model).double()
+    compiled = torch.compile(model, backend="norm_fusion", options=opts)
+    with torch._inductor.config.patch(joint_custom_post_pass=joint, post_grad_custom_post_pass=post):
+        if train:
+            xg = x.clone().requires_grad_()
+            out = compiled(xg)
+            grad = torch.randn_like(out)
+            out.backward(grad)
+        else:
+            with torch.no_grad():
+                out = compiled(x)
+    x64 = x.double().requires_grad_(train)
+    ref64 = model64(x64)
+    eager = model(x.clone())
+    tol = TOL[x.dtype]
+    assert rel_err(out, ref64) <= max(tol, 2 * rel_err(eager, ref64)), "output"
+    if train:
+        ref64.backward(grad.double())
+        assert rel_err(xg.grad, x64.grad) <= tol * 2, "input grad"
+        for (name, p), p64 in zip(model.named_parameters(), model64.parameters()):
+            assert rel_err(p.grad, p64.grad) <= tol * 2, f"grad of {name}"
+    return nfi.reports(), joint.graphs, post.graphs
+
+
+def _forward_graph(post_graphs):
+    return post_graphs[0]  # post-grad passes see the forward graph first
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_every_form_dtype_and_mode_is_fused(form, dtype, train):
+    model = _init(NormQKV(FORMS[form](32))).to(dtype)
+    x = torch.randn(2, 5, 32, dtype=dtype) * 2
+    sites, joint, post = run(model, x, train=train)
+    assert [s.rewritten for s in sites] == [True], [s.line() for s in sites]
+    assert sites[0].shape == (10, 32, 16) and "3 matmul" in sites[0].reason
+    fwd = _forward_graph(post)
+    # every projection reads x through the fused op; the normalized tensor is not computed in the forward
+    assert fwd.count(FUSED_OP) == 3
+    for op in ("aten.mm", "aten.addmm", "aten.rsqrt", "aten.pow"):
+        assert op not in fwd, fwd
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_2d_input_single_linear(bias, train):
+    model = _init(nn.Sequential(LlamaRMSNorm(32), nn.Linear(32, 48, bias=bias)))
+    sites, _, post = run(model, torch.randn(7, 32), train=train)
+    assert [s.rewritten for s in sites] == [True]
+    assert sites[0].shape == (7, 32, 48)
+    assert _forward_graph(post).count(FUSED_OP) == 1
+
+
+def test_training_with_input_not_requiring_grad_and_inference_mode():
+    model = _init(nn.Sequential(nn.RMSNorm(32), nn.Linear(32, 16)))
+    x = torch.randn(3, 4, 32)
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})
+    out = compiled(x)  # weights require grad, the input does not
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, ref in zip(grads, [p.grad for p in model.parameters()]):
+        assert rel_err(g, ref) < 1e-5
+    with torch.inference_mode():
+        assert rel_err(compiled(x), model(x)) < 1e-5
+    assert [s.rewritten for s in nfi.reports()] == [True, True]
+
+
+def test_any_eps_is_carried_into_the_op():
+    for eps in (1e-2, 1e-8):
+        norm = nn.RMSNorm(32, eps=eps)
+        model = _init(nn.Sequential(norm, nn.Linear(32, 8, bias=False)))
+        x = torch.randn(4, 32) * 0.05  # small values: eps matters
+        sites, _, _ = run(model, x, train=False)
+        assert sites[0].rewritten
+
+
+# --- negative cases --------------------------------------------------------------------------------------------
+
+class NormAlsoReturned(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.proj = LlamaRMSNorm(32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return torch.cat([self.proj(h), h], -1)  # the normalized tensor is part of the output anyway
+
+
+class WrongDimNorm(nn.Module):
+    """Looks like RMSNorm but reduces over the sequence dim."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(32))
+        self.proj = nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(1, keepdim=True) + 1e-6)
+        return self.proj(self.weight * h.to(x.dtype))
+
+
+class NormIntoNonMatmul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = LlamaRMSNorm(32)
+
+    def forward(self, x):
+        return torch.tanh(self.norm(x))
+
+
+def test_norm_output_also_returned_is_not_rewritten():
+    sites, _, post = run(_init(NormAlsoReturned()), torch.randn(2, 3, 32), train=False)
+    assert [s.rewritten for s in sites] == [False]
+    assert "also used by" in sites[0].reason
+    assert FUSED_OP not in _forward_graph(post)
+
+
+def test_reduction_over_other_dim_is_not_rewritten():
+    sites, _, post = run(_init(WrongDimNorm()), torch.randn(2, 3, 32), train=True)
+    assert [s.rewritten for s in sites] == [False]
+    assert "not the last dim" in sites[0].reason
+    assert FUSED_OP not in _forward_graph(post)
+
+
+def test_norm_without_matmul_is_not_a_site():
+    sites, _, _ = run(_init(NormIntoNonMatmul()), torch.randn(2, 3, 32), train=False)
+    assert sites == []
+
+
+def test_policy_never_reports_but_does_not_rewrite():
+    model = _init(NormQKV(LlamaRMSNorm(32)))
+    sites, _, post = run(model, torch.randn(2, 5, 32), train=False, policy="never")
+    assert [(s.rewritten, s.reason) for s in sites] == [(False, "policy=never")]
+    assert FUSED_OP not in _forward_graph(post)
+
+
+def test_policy_auto_on_cpu_keeps_unfused_with_reason():
+    sites, _, _ = run(_init(NormQKV(LlamaRMSNorm(32))), torch.randn(2, 5, 32), train=False, policy="auto")
+    assert [s.rewritten for s in sites] == [False]
+    assert "no fused kernel for device 'cpu'" in sites[0].reason

@@ -23,11 +23,11 @@ def rms_linear_reference64(x, gamma, w, bias, eps):
 
 
 class LlamaRMSNorm(nn.Module):
-    """transformers' LlamaRMSNorm, verbatim in structure."""
+    """transformers' LlamaRMSNorm, verbatim in structure (weight=False: the same without the weight)."""
 
-    def __init__(self, hidden, eps=1e-6):
+    def __init__(self, hidden, eps=1e-6, weight=True):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden))
+        self.weight = nn.Parameter(torch.ones(hidden)) if weight else None
         self.variance_epsilon = eps
 
     def forward(self, hidden_states):
@@ -35,20 +35,9 @@ class LlamaRMSNorm(nn.Module):
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight is None:
+            return hidden_states.to(input_dtype)
         return self.weight * hidden_states.to(input_dtype)
-
-
-class LlamaRMSNormNoWeight(nn.Module):
-    def __init__(self, hidden, eps=1e-6):
-        super().__init__()
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return hidden_states.to(input_dtype)
 
 
 class T5LayerNorm(nn.Module):

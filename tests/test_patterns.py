@@ -15,7 +15,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import norm_fusion_inductor as nfi
 
-from .helpers import LlamaRMSNorm, LlamaRMSNormNoWeight, T5LayerNorm, rel_err
+from .helpers import LlamaRMSNorm, T5LayerNorm, rel_err
 
 FUSED_OP = "norm_fusion.rms_norm_linear"
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
@@ -31,7 +31,7 @@ class FunctionalRMSNorm(nn.Module):
 
 FORMS = {
     "hf_llama": LlamaRMSNorm,
-    "hf_llama_no_weight": LlamaRMSNormNoWeight,
+    "hf_llama_no_weight": lambda d: LlamaRMSNorm(d, weight=False),
     "t5": T5LayerNorm,
     "nn_rmsnorm": lambda d: nn.RMSNorm(d, eps=1e-5),
     "nn_rmsnorm_no_affine": lambda d: nn.RMSNorm(d, eps=1e-5, elementwise_affine=False),

@@ -52,6 +52,14 @@ def t5(x, weight, eps):
     return weight * h.to(weight.dtype)
 
 
+def gemma(x, weight, eps):
+    """transformers' GemmaRMSNorm: weight (there 1 + w, computed in the graph) applied in fp32, then the
+    downcast. Also any RMSNorm written ``(h * weight).type_as(x)``."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * weight).type_as(x)
+
+
 def torch_rms_norm(x, weight, eps):
     """F.rms_norm / nn.RMSNorm."""
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
@@ -61,12 +69,14 @@ def torch_rms_norm_no_weight(x, eps):
     return F.rms_norm(x, (x.shape[-1],), None, eps)
 
 
+# name: (search function, weight dtype in the trace: None = no weight, "input" = the input's, or a dtype)
 FORMS = {
-    "hf_llama": (hf_llama, True),
-    "hf_llama_no_weight": (hf_llama_no_weight, False),
-    "t5": (t5, True),
-    "torch_rms_norm": (torch_rms_norm, True),
-    "torch_rms_norm_no_weight": (torch_rms_norm_no_weight, False),
+    "hf_llama": (hf_llama, "input"),
+    "hf_llama_no_weight": (hf_llama_no_weight, None),
+    "t5": (t5, "input"),
+    "gemma": (gemma, torch.float32),
+    "torch_rms_norm": (torch_rms_norm, "input"),
+    "torch_rms_norm_no_weight": (torch_rms_norm_no_weight, None),
 }
 # One trace per cast structure: a pattern traced in a 16-bit dtype matches bf16 and fp16 graphs, not fp32 ones.
 TRACE_DTYPES = {"half": torch.float16, "fp32": torch.float32}
@@ -76,10 +86,12 @@ TRACE_DTYPES = {"half": torch.float16, "fp32": torch.float32}
 def pattern_pass() -> pm.PatternMatcherPass:
     matcher = pm.PatternMatcherPass(pass_name="norm_fusion_rms_norm_matmul")
     seen = set()
-    for form, (fn, has_weight) in FORMS.items():
+    for form, (fn, weight_dtype) in FORMS.items():
         for dtype_name, dtype in TRACE_DTYPES.items():
             x = torch.empty(4, 16, dtype=dtype)
-            inputs = [x, torch.empty(16, dtype=dtype)] if has_weight else [x]
+            inputs = [x]
+            if weight_dtype is not None:
+                inputs.append(torch.empty(16, dtype=dtype if weight_dtype == "input" else weight_dtype))
             pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
             if repr(pattern) in seen:  # e.g. the fp32 trace of a form whose casts vanish
                 continue

@@ -40,6 +40,18 @@ def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
     assert rel_err(rstd, ref_rstd.flatten()) < 1e-5, f"rstd err {rel_err(rstd, ref_rstd.flatten()):.2e}"
 
 
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+def test_kernel_fp32_norm_weight_with_bf16_input(prologue):
+    """Gemma-style sites: γ = 1 + w in fp32 with bf16 activations."""
+    x = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
+    g = torch.rand(512, device="cuda") + 1.0
+    w = (torch.randn(384, 512, device="cuda") / 512**0.5).bfloat16()
+    plan = prenorm_matmul.tuned_plan(x, w, g, None, 1e-6, prologues=(prologue,))
+    out, _ = prenorm_matmul.rms_norm_matmul(x, g, w, None, 1e-6, plan=plan)
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, rms_linear_reference64(x, g, w, None, 1e-6)[0]) < 1e-2
+
+
 class Block(nn.Module):
     def __init__(self, d, n):
         super().__init__()

@@ -35,6 +35,18 @@ def test_kernel_matches_float64(dtype, prologue, M, K, N, gamma, bias):
 
 
 @interpreter
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+def test_kernel_fp32_norm_weight_with_fp16_input(prologue):
+    """Gemma-style sites pass an fp32 γ (1 + w computed in the graph) with 16-bit activations."""
+    x = torch.randn(33, 48, dtype=torch.float16)
+    g = torch.rand(48) + 1.0
+    w = (torch.randn(24, 48) / 48**0.5).half()
+    out, _ = prenorm_matmul.rms_norm_matmul(x, g, w, None, 1e-6, plan=(prologue, prenorm_matmul._INTERPRETER_CONFIG))
+    assert out.dtype == torch.float16
+    assert rel_err(out, rms_linear_reference64(x, g, w, None, 1e-6)[0]) < 2e-3
+
+
+@interpreter
 def test_kernel_writes_every_element():
     """Outputs poisoned with NaN beforehand: the kernel must overwrite every element of out and rstd."""
     x = torch.randn(45, 32)

@@ -15,7 +15,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import norm_fusion_inductor as nfi
 
-from .helpers import LlamaRMSNorm, T5LayerNorm, rel_err
+from .helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err
 
 FUSED_OP = "norm_fusion.rms_norm_linear"
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
@@ -33,6 +33,7 @@ FORMS = {
     "hf_llama": LlamaRMSNorm,
     "hf_llama_no_weight": lambda d: LlamaRMSNorm(d, weight=False),
     "t5": T5LayerNorm,
+    "gemma": GemmaRMSNorm,
     "nn_rmsnorm": lambda d: nn.RMSNorm(d, eps=1e-5),
     "nn_rmsnorm_no_affine": lambda d: nn.RMSNorm(d, eps=1e-5, elementwise_affine=False),
     "f_rms_norm_no_weight": FunctionalRMSNorm,
@@ -133,6 +134,25 @@ def test_2d_input_single_linear(bias, train):
     sites, _, post = run(model, torch.randn(7, 32), train=train)
     assert [s.rewritten for s in sites] == [True]
     assert sites[0].shape == (7, 32, 48)
+    assert _forward_graph(post).count(FUSED_OP) == 1
+
+
+class MatmulProjection(nn.Module):
+    """`h @ W.T` written out instead of nn.Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(32)
+        self.w = nn.Parameter(torch.randn(24, 32) / 32**0.5)
+
+    def forward(self, x):
+        return self.norm(x) @ self.w.t()
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_matmul_with_transposed_weight(train):
+    sites, _, post = run(_init(MatmulProjection()), torch.randn(2, 6, 32), train=train)
+    assert [s.rewritten for s in sites] == [True]
     assert _forward_graph(post).count(FUSED_OP) == 1
 
 

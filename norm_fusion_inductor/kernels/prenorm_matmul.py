@@ -221,10 +221,15 @@ def _run(plan, x, gamma, w, bias, eps, out, rstd):
         _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=True)
     elif prologue == "pre_pass":
         _row_rstd(x, rstd, eps)
-        w_eff = w * gamma if gamma is not None else w  # γ folded into the weight: A goes straight to the wgmma
+        w_eff = _fold(w, gamma)  # γ folded into the weight: A goes straight to the wgmma
         _launch(x, w_eff, out, None, bias, rstd, eps, cfg, row_scale=True)
     else:  # "plain": the bare GEMM (x·γ folded the same way), to measure what the prologues cost
-        _launch(x, w * gamma if gamma is not None else w, out, None, bias, None, eps, cfg)
+        _launch(x, _fold(w, gamma), out, None, bias, None, eps, cfg)
+
+
+def _fold(w, gamma):
+    """W · diag(γ) in W's dtype (γ may be fp32, e.g. Gemma's 1 + w)."""
+    return (w * gamma).to(w.dtype) if gamma is not None else w
 
 
 def supports(x: torch.Tensor, w: torch.Tensor) -> str | None:

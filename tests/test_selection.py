@@ -1,0 +1,85 @@
+"""The per-site choice: policies, the measured rule (min_speedup, min_kernel_ms, CUDA graphs) and the disk cache.
+The measurement itself needs a GPU (test_gpu.py); here it is replaced by recorded numbers."""
+
+import json
+
+import pytest
+import torch
+
+from norm_fusion_inductor import selection
+from norm_fusion_inductor.config import NormFusionConfig
+
+CUDA_SITE = selection.MatmulSite(M=262144, K=1024, N=256, dtype=torch.bfloat16, device=torch.device("cuda", 0),
+                                 has_norm_weight=True, has_bias=False)
+CPU_SITE = selection.MatmulSite(M=64, K=32, N=16, dtype=torch.float32, device=torch.device("cpu"),
+                                has_norm_weight=True, has_bias=False)
+
+
+@pytest.fixture
+def measured(monkeypatch, tmp_path):
+    """Pretend to be on an sm_90 GPU whose measurements are the given numbers; count measurements."""
+    calls = []
+    numbers = {}
+    monkeypatch.setattr(selection, "_static_reason", lambda site: None)
+    monkeypatch.setattr(selection, "_key", lambda site: f"{site.M}x{site.K}x{site.N}")
+    monkeypatch.setattr(selection, "_MEMORY", {})
+
+    def fake_measure(site):
+        calls.append(site)
+        return dict(numbers)
+
+    monkeypatch.setattr(selection, "_measure", fake_measure)
+    return numbers, calls, NormFusionConfig(cache_dir=str(tmp_path))
+
+
+def test_policies_without_measurement():
+    assert not selection.choose(CPU_SITE, NormFusionConfig()).fused
+    assert "device 'cpu'" in selection.choose(CPU_SITE, NormFusionConfig()).reason
+    always = selection.choose(CPU_SITE, NormFusionConfig(policy="always"))
+    assert always.fused and always.implementation == "reference"
+    assert selection.choose(CPU_SITE, NormFusionConfig(policy="never")).reason == "policy=never"
+
+
+def test_measured_rule(measured):
+    numbers, calls, config = measured
+    # recorded at compile time on the H200 (262144x1024x256): fused 0.299, cuBLAS 0.243, copy 0.389
+    numbers.update(fused_ms=0.299, mm_ms=0.243, copy_ms=0.389)
+    choice = selection.choose(CUDA_SITE, config)
+    assert choice.fused and choice.implementation == "fused_triton" and "0.2990" in choice.reason
+    # a margin below min_speedup: unfused (262144x1024x1024 was favoured 1.21x and ran 4 % slower)
+    numbers.update(fused_ms=1.038, mm_ms=0.867, copy_ms=0.390)
+    other = selection.MatmulSite(**{**CUDA_SITE.__dict__, "N": 1024})
+    assert not selection.choose(other, config).fused
+
+
+def test_short_kernels_stay_unfused_unless_cudagraphs(measured):
+    numbers, _, config = measured
+    numbers.update(fused_ms=0.047, mm_ms=0.034, copy_ms=0.033)
+    small = selection.MatmulSite(**{**CUDA_SITE.__dict__, "M": 65536, "K": 512})
+    choice = selection.choose(small, config)
+    assert not choice.fused and "min_kernel_ms" in choice.reason
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        assert selection.choose(small, config).fused
+
+
+def test_choices_are_cached_in_memory_and_on_disk(measured, monkeypatch):
+    numbers, calls, config = measured
+    numbers.update(fused_ms=0.3, mm_ms=0.2, copy_ms=0.3)
+    selection.choose(CUDA_SITE, config)
+    selection.choose(CUDA_SITE, config)
+    assert len(calls) == 1
+    saved = json.loads((selection._cache_file(config)).read_text())
+    assert saved["262144x1024x256"]["fused_ms"] == 0.3
+    monkeypatch.setattr(selection, "_MEMORY", {})  # a new process: read back from disk, no new measurement
+    assert selection.choose(CUDA_SITE, config).fused and len(calls) == 1
+
+
+def test_failed_measurement_keeps_unfused(measured, monkeypatch):
+    _, _, config = measured
+
+    def broken(site):
+        raise RuntimeError("no graph capture here")
+
+    monkeypatch.setattr(selection, "_measure", broken)
+    choice = selection.choose(CUDA_SITE, config)
+    assert not choice.fused and "measurement failed" in choice.reason

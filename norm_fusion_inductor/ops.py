@@ -8,6 +8,7 @@ formula, a reference implementation in plain torch ops (CPU, unsupported layouts
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .kernels import prenorm_matmul
+from .report import log
 
 
 def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor) -> Optional[str]:
@@ -45,19 +47,42 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-@torch.library.custom_op("norm_fusion::rms_norm_linear", mutates_args=())
-def rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
-                    eps: float) -> tuple[Tensor, Tensor]:
+def _rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
+                     eps: float) -> tuple[Tensor, Tensor]:
     K = x.shape[-1]
     x2d = x.reshape(-1, K)
-    if _kernel_unsupported_reason(x2d, weight) is None:
+    reason = _kernel_unsupported_reason(x2d, weight)
+    if reason is None:
         out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps)
     else:
+        if x.is_cuda:
+            _warn_once(reason)
         out, rstd = rms_norm_linear_reference(x2d, norm_weight, weight, bias, eps)
     return out, rstd.reshape(*x.shape[:-1], 1)
 
 
+@torch.library.custom_op("norm_fusion::rms_norm_linear", mutates_args=())
+def rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
+                    eps: float) -> tuple[Tensor, Tensor]:
+    return _rms_norm_linear(x, norm_weight, weight, bias, eps)
+
+
+@torch.library.custom_op("norm_fusion::rms_norm_linear_tensor_eps", mutates_args=())
+def rms_norm_linear_tensor_eps(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
+                               eps: Tensor) -> tuple[Tensor, Tensor]:
+    """The same with eps as a 0-d tensor: torch.compile(dynamic=True) turns a model's float eps into a graph
+    input of that kind (a CPU scalar, so reading it costs no device sync)."""
+    return _rms_norm_linear(x, norm_weight, weight, bias, eps.item())
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(reason: str) -> None:
+    """A rewritten site whose operands the kernel cannot take at run time (the pass checks what it can see)."""
+    log.warning("rms_norm_linear runs the slow reference implementation on CUDA: %s", reason)
+
+
 @rms_norm_linear.register_fake
+@rms_norm_linear_tensor_eps.register_fake
 def _(x, norm_weight, weight, bias, eps):
     M = math.prod(x.shape[:-1])
     out = x.new_empty(M, weight.shape[0])
@@ -102,3 +127,4 @@ def _backward(ctx, grad_out, _grad_rstd):
 
 
 rms_norm_linear.register_autograd(_backward, setup_context=_setup_context)
+rms_norm_linear_tensor_eps.register_autograd(_backward, setup_context=_setup_context)

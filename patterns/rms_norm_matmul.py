@@ -154,8 +154,9 @@ def _rewrite_site(pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
     graph = normed.graph
     rstd_users = _rstd_users(match)
     for i, c in enumerate(consumers):
-        fused = insert_call(graph, torch.ops.norm_fusion.rms_norm_linear.default,
-                            (x, gamma, c.weight, c.bias, eps), before=c.node)
+        op = (torch.ops.norm_fusion.rms_norm_linear.default if not isinstance(eps, Node)
+              else torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default)
+        fused = insert_call(graph, op, (x, gamma, c.weight, c.bias, eps), before=c.node)
         out = getitem(graph, fused, 0)
         c.node.replace_all_uses_with(out)
         graph.erase_node(c.node)
@@ -189,6 +190,8 @@ def _norm_rejection(match: pm.Match, x: Node, gamma, normed: Node):
 def _operand_rejection(x_val, consumers) -> str | None:
     if x_val.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return f"dtype {x_val.dtype} not supported"
+    if not x_val.is_contiguous():
+        return "norm input is not contiguous (the kernel reads x as row-major [M, K])"
     for c in consumers:
         w = c.weight.meta["val"]
         if w.dtype != x_val.dtype:
@@ -200,13 +203,14 @@ def _operand_rejection(x_val, consumers) -> str | None:
     return None
 
 
-def _eps(match: pm.Match) -> float:
-    """eps as the graph holds it: the scalar added to the mean of squares."""
+def _eps(match: pm.Match):
+    """eps as the graph holds it: the scalar added to the mean of squares; a graph input (symbolic float) under
+    dynamic shapes, which the op takes as it is."""
     for node in match.nodes:
-        if node.target in (aten.add.Tensor, aten.add.Scalar) and isinstance(node.args[1], (int, float)):
-            if getattr(node.args[0], "target", None) == aten.mean.dim:
-                return float(node.args[1])
-    return float(match.kwargs["eps"])
+        if node.target in (aten.add.Tensor, aten.add.Scalar) and getattr(node.args[0], "target", None) == aten.mean.dim:
+            eps = node.args[1]
+            return float(eps) if isinstance(eps, (int, float)) else eps
+    return match.kwargs["eps"]
 
 
 def _rstd_users(match: pm.Match) -> list:

@@ -82,6 +82,10 @@ def test_op_reference_path_and_fake(gamma, bias):
     assert out.shape == (15, 8) and rel_err(out, ref) < 1e-5
     torch.library.opcheck(torch.ops.norm_fusion.rms_norm_linear.default, (x, g, w, b, 1e-6),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    out_t, _ = torch.ops.norm_fusion.rms_norm_linear_tensor_eps(x, g, w, b, torch.tensor(1e-6))
+    assert torch.equal(out_t, out)
+    torch.library.opcheck(torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default,
+                          (x, g, w, b, torch.tensor(1e-6)), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_op_gradients_float64():

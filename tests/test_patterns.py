@@ -174,6 +174,35 @@ def test_training_with_input_not_requiring_grad_and_inference_mode():
     assert [s.rewritten for s in nfi.reports()] == [True, True]
 
 
+def test_dynamic_batch_and_sequence():
+    """M symbolic (dynamic shapes): one compiled graph serves several batch × sequence sizes."""
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    model = _init(NormQKV(LlamaRMSNorm(32)))
+    compiled = torch.compile(model, backend="norm_fusion", dynamic=True,
+                             options={"norm_fusion": {"policy": "always"}})
+    with torch.no_grad():
+        for b, s in ((2, 5), (3, 7), (4, 11)):
+            x = torch.randn(b, s, 32)
+            assert rel_err(compiled(x), model(x)) < 1e-5
+    assert [s.rewritten for s in nfi.reports()] == [True]  # compiled once
+    torch._dynamo.reset()
+
+
+class TransposedInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.proj = LlamaRMSNorm(32), nn.Linear(32, 16)
+
+    def forward(self, x):  # x [B, 32, S]: the norm reads a transposed view
+        return self.proj(self.norm(x.transpose(1, 2)))
+
+
+def test_non_contiguous_norm_input_is_not_rewritten():
+    sites, _, post = run(_init(TransposedInput()), torch.randn(2, 32, 6), train=False)
+    assert not any(s.rewritten for s in sites) and FUSED_OP not in _forward_graph(post)
+
+
 def test_any_eps_is_carried_into_the_op():
     for eps in (1e-2, 1e-8):
         norm = nn.RMSNorm(32, eps=eps)

@@ -36,7 +36,6 @@ class PassContext:
         self.config = config
         self.backward = backward_only_nodes(graph)
         self.sites: list[report.SiteRecord] = []
-        self.current_family = ""
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")

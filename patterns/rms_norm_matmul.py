@@ -103,7 +103,6 @@ def pattern_pass() -> pm.PatternMatcherPass:
 
 def apply(graph: Graph, ctx) -> None:
     """Run the family over ``graph``; ``ctx`` (passes.PassContext) carries the config and records sites."""
-    ctx.current_family = FUSION
     pattern_pass().apply(graph)
 
 
@@ -153,9 +152,9 @@ def _rewrite_site(pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
 
     graph = normed.graph
     rstd_users = _rstd_users(match)
+    op = (torch.ops.norm_fusion.rms_norm_linear.default if not isinstance(eps, Node)
+          else torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default)
     for i, c in enumerate(consumers):
-        op = (torch.ops.norm_fusion.rms_norm_linear.default if not isinstance(eps, Node)
-              else torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default)
         fused = insert_call(graph, op, (x, gamma, c.weight, c.bias, eps), before=c.node)
         out = getitem(graph, fused, 0)
         c.node.replace_all_uses_with(out)

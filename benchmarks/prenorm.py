@@ -1,4 +1,4 @@
-"""RMSNorm → linear on the GPU: Inductor's norm kernel, cuBLAS, torch.compile default and max-autotune, and this
+"""RMSNorm → linear (or LayerNorm → linear with --norm ln) on the GPU: Inductor's norm kernel, cuBLAS, torch.compile default and max-autotune, and this
 plugin, measured side by side in one run (triton.testing.do_bench medians, variants interleaved round-robin).
 
     python benchmarks/prenorm.py                      # the issue's sweep, all baselines
@@ -31,13 +31,38 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
+NORM = "rms"  # set by --norm
+
+
+def norm(x, g):
+    """The model's norm: RMSNorm with weight, or LayerNorm with weight and a bias derived from it."""
+    if NORM == "ln":
+        return F.layer_norm(x, (x.shape[-1],), g, 0.5 * g, EPS)
+    return F.rms_norm(x, (x.shape[-1],), g, EPS)
+
+
 def reference(x, g, w):
-    xd = x.double()
-    return (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * g.double()) @ w.double().t()
+    return norm(x.double(), g.double()) @ w.double().t()
 
 
 def norm_then_linear(x, g, w):
-    return F.linear(F.rms_norm(x, (x.shape[-1],), g, EPS), w)
+    return F.linear(norm(x, g), w)
+
+
+def fused(x, g, w, plan=None):
+    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+
+    if NORM == "ln":
+        return kern.layer_norm_matmul(x, g, 0.5 * g, w, None, EPS, plan=plan)[0]
+    return kern.rms_norm_matmul(x, g, w, None, EPS, plan=plan)[0]
+
+
+def tuned(x, g, w, prologues):
+    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+
+    if NORM == "ln":
+        return kern.tuned_plan(x, w, g, None, EPS, prologues=prologues, beta=0.5 * g, center=True)
+    return kern.tuned_plan(x, w, g, None, EPS, prologues=prologues)
 
 
 def bench_round_robin(fns: dict, rounds: int = 2, cudagraph: bool = False) -> dict:
@@ -64,7 +89,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
     x = torch.randn(M, K, device=dev, dtype=dtype)
     g = (1 + 0.1 * torch.randn(K, device=dev)).to(dtype)
     w = (torch.randn(N, K, device=dev) / K**0.5).to(dtype)
-    normed = F.rms_norm(x, (K,), g, EPS)
+    normed = norm(x, g)
     row = {"M": M, "K": K, "N": N, "dtype": str(dtype).replace("torch.", "")}
 
     compile_t = {}
@@ -77,23 +102,22 @@ def run_shape(M, K, N, dtype, args) -> dict:
         compile_t[kw.get("backend", kw.get("mode", "default"))] = time.perf_counter() - t0
         return c
 
-    norm_only = compiled(lambda x, g, w: F.rms_norm(x, (K,), g, EPS))
+    norm_only = compiled(lambda x, g, w: norm(x, g))
     default = compiled(norm_then_linear)
     nfi.clear_reports()
     plugin = compiled(norm_then_linear, backend="norm_fusion")  # policy "auto": fused only where measured faster
     row["plugin_choice"] = [(s.rewritten, s.reason) for s in nfi.reports()]
     y = torch.empty_like(x)
-    in_loop = kern.tuned_plan(x, w, g, None, EPS, prologues=("in_loop",))
-    pre_pass = kern.tuned_plan(x, w, g, None, EPS, prologues=("pre_pass",))
-    row["plans"] = {"in_loop": in_loop, "pre_pass": pre_pass, "chosen": kern.tuned_plan(x, w, g, None, EPS)}
+    in_loop, pre_pass = tuned(x, g, w, ("in_loop",)), tuned(x, g, w, ("pre_pass",))
+    row["plans"] = {"in_loop": in_loop, "pre_pass": pre_pass, "chosen": tuned(x, g, w, kern.PROLOGUES)}
     fns = {
         "norm": lambda: norm_only(x, g, w),
         "mm": lambda: torch.mm(normed, w.t()),
         "copy": lambda: y.copy_(x),
         "default": lambda: default(x, g, w),
-        "fused_kernel": lambda: kern.rms_norm_matmul(x, g, w, None, EPS),
-        "in_loop": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=in_loop),
-        "pre_pass": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=pre_pass),
+        "fused_kernel": lambda: fused(x, g, w),
+        "in_loop": lambda: fused(x, g, w, in_loop),
+        "pre_pass": lambda: fused(x, g, w, pre_pass),
         "plain_gemm": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=("plain", pre_pass[1])),
         "plugin": lambda: plugin(x, g, w),
     }
@@ -104,7 +128,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
 
     # correctness first: fresh inputs, poisoned outputs are impossible to miss since rel_err would be huge
     ref = reference(x, g, w)
-    out_k, rstd = kern.rms_norm_matmul(x, g, w, None, EPS)
+    out_k = fused(x, g, w)
     row["err_fused"] = rel_err(out_k, ref)
     row["err_plugin"] = rel_err(plugin(x, g, w), ref)
     row["err_default"] = rel_err(default(x, g, w), ref)
@@ -124,6 +148,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--shapes", nargs="*", help="MxKxN ...")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--norm", choices=["rms", "ln"], default="rms")
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
@@ -136,9 +161,11 @@ def main() -> None:
     if args.quick:
         args.no_max_autotune = True
     dtype = getattr(torch, args.dtype)
+    global NORM
+    NORM = args.norm
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton "
           f"{__import__('triton').__version__}  python {platform.python_version()}  "
-          f"{time.strftime('%Y-%m-%d')}", flush=True)
+          f"{time.strftime('%Y-%m-%d')}  norm={args.norm}", flush=True)
     rows = []
     cols = ["t_copy", "t_norm", "t_mm", "t_default", "t_max_autotune", "t_plain_gemm", "t_in_loop", "t_pre_pass",
             "t_fused_kernel", "t_plugin"]

@@ -12,3 +12,6 @@ python3 benchmarks/prenorm.py --max-autotune-shapes 262144x1024x256 16384x4096x4
     2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm.log"
 python3 benchmarks/prenorm.py --cudagraph --no-max-autotune --quick 2>&1 | grep "^|\|median\|worst" \
     | tee "$OUT/prenorm_cudagraph.log"
+python3 benchmarks/prenorm.py --norm ln --no-max-autotune --json "$OUT/prenorm_ln.json" \
+    --shapes 65536x1024x1024 65536x2048x256 262144x1024x256 262144x2048x512 16384x4096x4096 \
+    2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"

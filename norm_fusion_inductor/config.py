@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-FUSIONS = ("rms_norm_matmul",)
+FUSIONS = ("rms_norm_matmul", "layer_norm_matmul")
 POLICIES = ("auto", "always", "never")
 
 

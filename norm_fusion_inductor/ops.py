@@ -4,6 +4,16 @@ formula, a reference implementation in plain torch ops (CPU, unsupported layouts
 ``torch.ops.norm_fusion.rms_norm_linear(x, norm_weight, weight, bias, eps) -> (out, rstd)``
     out = (rmsnorm(x) · norm_weight) @ weightᵀ + bias, flattened to [M, N] with M = x.numel() / K;
     rstd = rsqrt(mean(x², -1) + eps) in fp32, shaped x.shape[:-1] + (1,), saved for backward.
+
+``torch.ops.norm_fusion.layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps) -> (out, mean, rstd)``
+    out = layernorm(x; norm_weight, norm_bias) @ weightᵀ + bias, flattened to [M, N]; mean and rstd in fp32,
+    shaped x.shape[:-1] + (1,).
+
+Each op also exists as ``*_tensor_eps`` taking eps as a 0-d tensor: torch.compile(dynamic=True) turns a model's
+float eps into a graph input of that kind (a CPU scalar, so reading it costs no device sync).
+
+The backward formulas are unfused torch ops from x and the saved statistics: the normalized tensor is
+recomputed, never stored (design.md §1.4).
 """
 
 from __future__ import annotations
@@ -20,26 +30,18 @@ from .kernels import prenorm_matmul
 from .report import log
 
 
-def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor) -> Optional[str]:
+def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool) -> Optional[str]:
     """None when the Triton kernel runs these operands. On CPU only under the Triton interpreter, and only when
     NORM_FUSION_INTERPRET=1 (tests), since the interpreter is far slower than the reference."""
     if x2d.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
         return "CPU: reference implementation"
-    return prenorm_matmul.supports(x2d, weight)
+    return prenorm_matmul.supports(x2d, weight, weight_kn)
 
 
-def rms_norm_linear_reference(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
-                              eps: float) -> tuple[Tensor, Tensor]:
-    """The unfused computation in torch ops, with the fused kernel's rounding: (x·γ) in x's dtype, fp32 stats."""
-    K = x.shape[-1]
-    acc = _stats_dtype(x)
-    xf = x.reshape(-1, K).to(acc)
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    a = xf * norm_weight.to(acc) if norm_weight is not None else xf
-    out = torch.mm(a.to(x.dtype), weight.t()).to(acc) * rstd
-    if bias is not None:
-        out = out + bias.to(acc)
-    return out.to(x.dtype), rstd.float()
+@functools.lru_cache(maxsize=None)
+def _warn_once(reason: str) -> None:
+    """A rewritten site whose operands the kernel cannot take at run time (the pass checks what it can see)."""
+    log.warning("norm_fusion op runs the slow reference implementation on CUDA: %s", reason)
 
 
 def _stats_dtype(x: Tensor) -> torch.dtype:
@@ -47,84 +49,194 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
-                     eps: float) -> tuple[Tensor, Tensor]:
-    K = x.shape[-1]
-    x2d = x.reshape(-1, K)
-    reason = _kernel_unsupported_reason(x2d, weight)
+def _as_nk(weight: Tensor, weight_kn: bool) -> Tensor:
+    """The weight as [N, K] (a view): GPT-2's Conv1D stores it [K, N] and computes x @ W."""
+    return weight.t() if weight_kn else weight
+
+
+def _linear_epilogue(a: Tensor, x_dtype, weight_nk: Tensor, scale: Tensor, bias) -> Tensor:
+    """(a @ Wᵀ) · scale (+ bias), with a rounded to x's dtype as the kernel feeds it."""
+    acc = scale.dtype
+    out = torch.mm(a.to(x_dtype), weight_nk.t()).to(acc) * scale
+    if bias is not None:
+        out = out + bias.to(acc)
+    return out.to(x_dtype)
+
+
+# --- RMSNorm → linear -------------------------------------------------------------------------------------------
+
+def rms_norm_linear_reference(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
+                              eps: float, weight_kn: bool = False) -> tuple[Tensor, Tensor]:
+    """The unfused computation in torch ops, with the fused kernel's rounding: (x·γ) in x's dtype, fp32 stats."""
+    acc = _stats_dtype(x)
+    xf = x.reshape(-1, x.shape[-1]).to(acc)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    a = xf * norm_weight.to(acc) if norm_weight is not None else xf
+    return _linear_epilogue(a, x.dtype, _as_nk(weight, weight_kn), rstd, bias), rstd.float()
+
+
+def _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn):
+    x2d = x.reshape(-1, x.shape[-1])
+    reason = _kernel_unsupported_reason(x2d, weight, weight_kn)
     if reason is None:
-        out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps)
+        out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps, w_kn=weight_kn)
     else:
         if x.is_cuda:
             _warn_once(reason)
-        out, rstd = rms_norm_linear_reference(x2d, norm_weight, weight, bias, eps)
+        out, rstd = rms_norm_linear_reference(x2d, norm_weight, weight, bias, eps, weight_kn)
     return out, rstd.reshape(*x.shape[:-1], 1)
 
 
 @torch.library.custom_op("norm_fusion::rms_norm_linear", mutates_args=())
 def rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
-                    eps: float) -> tuple[Tensor, Tensor]:
-    return _rms_norm_linear(x, norm_weight, weight, bias, eps)
+                    eps: float, weight_kn: bool = False) -> tuple[Tensor, Tensor]:
+    return _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn)
 
 
 @torch.library.custom_op("norm_fusion::rms_norm_linear_tensor_eps", mutates_args=())
 def rms_norm_linear_tensor_eps(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
-                               eps: Tensor) -> tuple[Tensor, Tensor]:
-    """The same with eps as a 0-d tensor: torch.compile(dynamic=True) turns a model's float eps into a graph
-    input of that kind (a CPU scalar, so reading it costs no device sync)."""
-    return _rms_norm_linear(x, norm_weight, weight, bias, eps.item())
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(reason: str) -> None:
-    """A rewritten site whose operands the kernel cannot take at run time (the pass checks what it can see)."""
-    log.warning("rms_norm_linear runs the slow reference implementation on CUDA: %s", reason)
+                               eps: Tensor, weight_kn: bool = False) -> tuple[Tensor, Tensor]:
+    return _rms_norm_linear(x, norm_weight, weight, bias, eps.item(), weight_kn)
 
 
 @rms_norm_linear.register_fake
 @rms_norm_linear_tensor_eps.register_fake
-def _(x, norm_weight, weight, bias, eps):
-    M = math.prod(x.shape[:-1])
-    out = x.new_empty(M, weight.shape[0])
-    rstd = x.new_empty(*x.shape[:-1], 1, dtype=torch.float32)
-    return out, rstd
+def _(x, norm_weight, weight, bias, eps, weight_kn=False):
+    out = x.new_empty(math.prod(x.shape[:-1]), weight.shape[1 if weight_kn else 0])
+    return out, x.new_empty(*x.shape[:-1], 1, dtype=torch.float32)
 
 
-def _setup_context(ctx, inputs, output):
-    x, norm_weight, weight, bias, eps = inputs
+def _rms_setup_context(ctx, inputs, output):
+    x, norm_weight, weight, bias, eps, *weight_kn = inputs
     _, rstd = output
     ctx.save_for_backward(x, norm_weight, weight, rstd)
     ctx.has_bias = bias is not None
+    ctx.weight_kn = bool(weight_kn and weight_kn[0])
     ctx.mark_non_differentiable(rstd)
 
 
-def _backward(ctx, grad_out, _grad_rstd):
-    """Unfused backward from x and the saved rstd (the normalized tensor is recomputed, never stored).
-
-    x̂ = x·rstd, n = x̂·γ; dW = dYᵀ n, dn = dY W, dγ = Σ_rows dn·x̂, g = dn·γ,
+def _rms_backward(ctx, grad_out, _grad_rstd):
+    """x̂ = x·rstd, n = x̂·γ; dW = dYᵀ n, dn = dY W, dγ = Σ_rows dn·x̂, g = dn·γ,
     dx = rstd · (g − x̂ · mean(g·x̂, -1))."""
     x, norm_weight, weight, rstd = ctx.saved_tensors
-    K = x.shape[-1]
     acc = _stats_dtype(x)
-    x2d = x.reshape(-1, K).to(acc)
-    rstd2d = rstd.reshape(-1, 1).to(acc)
-    x_hat = x2d * rstd2d
-    normed = x_hat * norm_weight.to(acc) if norm_weight is not None else x_hat
-    grad_out = grad_out.reshape(-1, weight.shape[0])
-    grad_normed = torch.mm(grad_out, weight).to(acc)
-    grad_weight = torch.mm(grad_out.t(), normed.to(x.dtype)) if ctx.needs_input_grad[2] else None
-    grad_bias = grad_out.to(acc).sum(0).to(weight.dtype) if ctx.has_bias and ctx.needs_input_grad[3] else None
-    grad_norm_weight = None
-    if norm_weight is not None:
-        if ctx.needs_input_grad[1]:
-            grad_norm_weight = (grad_normed * x_hat).sum(0).to(norm_weight.dtype)
-        grad_normed = grad_normed * norm_weight.to(acc)
+    x_hat = x.reshape(-1, x.shape[-1]).to(acc) * rstd.reshape(-1, 1).to(acc)
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, None, weight, (1, None, 2, 3))
+    grad_normed = grads.pop("grad_normed")
     grad_x = None
     if ctx.needs_input_grad[0]:
-        grad_x = rstd2d * (grad_normed - x_hat * (grad_normed * x_hat).mean(-1, keepdim=True))
+        grad_x = rstd.reshape(-1, 1).to(acc) * (grad_normed - x_hat * (grad_normed * x_hat).mean(-1, keepdim=True))
         grad_x = grad_x.to(x.dtype).reshape(x.shape)
-    return grad_x, grad_norm_weight, grad_weight, grad_bias, None
+    return grad_x, grads["norm_weight"], grads["weight"], grads["bias"], None, None
 
 
-rms_norm_linear.register_autograd(_backward, setup_context=_setup_context)
-rms_norm_linear_tensor_eps.register_autograd(_backward, setup_context=_setup_context)
+def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, indices):
+    """Gradients of out = (x̂·γ + β) Wᵀ + b for the linear and the affine part; ``grad_normed`` is dL/dx̂.
+    ``indices`` are the input positions of (γ, β, W, b) in the op, for needs_input_grad."""
+    i_gamma, i_beta, i_weight, i_bias = indices
+    acc = x_hat.dtype
+    normed = x_hat * gamma.to(acc) if gamma is not None else x_hat
+    if beta is not None:
+        normed = normed + beta.to(acc)
+    weight_nk = _as_nk(weight, ctx.weight_kn)
+    grad_out = grad_out.reshape(-1, weight_nk.shape[0])
+    grad_n = torch.mm(grad_out, weight_nk).to(acc)
+    need = ctx.needs_input_grad
+    grad_weight = None
+    if need[i_weight]:
+        grad_weight = torch.mm(grad_out.t(), normed.to(x_dtype))  # [N, K]
+        grad_weight = grad_weight.t() if ctx.weight_kn else grad_weight
+    grads = {
+        "weight": grad_weight,
+        "bias": grad_out.to(acc).sum(0).to(weight.dtype) if ctx.has_bias and need[i_bias] else None,
+        "norm_weight": (grad_n * x_hat).sum(0).to(gamma.dtype) if gamma is not None and need[i_gamma] else None,
+        "norm_bias": grad_n.sum(0).to(beta.dtype) if beta is not None and need[i_beta] else None,
+    }
+    grads["grad_normed"] = grad_n * gamma.to(acc) if gamma is not None else grad_n
+    return grads
+
+
+rms_norm_linear.register_autograd(_rms_backward, setup_context=_rms_setup_context)
+rms_norm_linear_tensor_eps.register_autograd(_rms_backward, setup_context=_rms_setup_context)
+
+
+# --- LayerNorm → linear -----------------------------------------------------------------------------------------
+
+def layer_norm_linear_reference(x, norm_weight, norm_bias, weight, bias, eps, weight_kn=False):
+    """The unfused computation in torch ops, with the kernel's algebra (fp32 stats, (x − μ)·γ rounded to x's
+    dtype, β folded into the bias)."""
+    acc = _stats_dtype(x)
+    xf = x.reshape(-1, x.shape[-1]).to(acc)
+    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    a = xf - mean
+    if norm_weight is not None:
+        a = a * norm_weight.to(acc)
+    weight_nk = _as_nk(weight, weight_kn)
+    v = bias.to(acc) if bias is not None else None
+    if norm_bias is not None:  # β through the linear: W β (+ b)
+        v = weight_nk.to(acc) @ norm_bias.to(acc) + (v if v is not None else 0)
+    return _linear_epilogue(a, x.dtype, weight_nk, rstd, v), mean.float(), rstd.float()
+
+
+def _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn):
+    x2d = x.reshape(-1, x.shape[-1])
+    reason = _kernel_unsupported_reason(x2d, weight, weight_kn)
+    if reason is None:
+        out, mean, rstd = prenorm_matmul.layer_norm_matmul(x2d, norm_weight, norm_bias, weight, bias, eps,
+                                                           w_kn=weight_kn)
+    else:
+        if x.is_cuda:
+            _warn_once(reason)
+        out, mean, rstd = layer_norm_linear_reference(x2d, norm_weight, norm_bias, weight, bias, eps, weight_kn)
+    stats_shape = (*x.shape[:-1], 1)
+    return out, mean.reshape(stats_shape), rstd.reshape(stats_shape)
+
+
+@torch.library.custom_op("norm_fusion::layer_norm_linear", mutates_args=())
+def layer_norm_linear(x: Tensor, norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], weight: Tensor,
+                      bias: Optional[Tensor], eps: float, weight_kn: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    return _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn)
+
+
+@torch.library.custom_op("norm_fusion::layer_norm_linear_tensor_eps", mutates_args=())
+def layer_norm_linear_tensor_eps(x: Tensor, norm_weight: Optional[Tensor], norm_bias: Optional[Tensor],
+                                 weight: Tensor, bias: Optional[Tensor], eps: Tensor, weight_kn: bool = False
+                                 ) -> tuple[Tensor, Tensor, Tensor]:
+    return _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps.item(), weight_kn)
+
+
+@layer_norm_linear.register_fake
+@layer_norm_linear_tensor_eps.register_fake
+def _(x, norm_weight, norm_bias, weight, bias, eps, weight_kn=False):
+    out = x.new_empty(math.prod(x.shape[:-1]), weight.shape[1 if weight_kn else 0])
+    stats = (*x.shape[:-1], 1)
+    return out, x.new_empty(stats, dtype=torch.float32), x.new_empty(stats, dtype=torch.float32)
+
+
+def _ln_setup_context(ctx, inputs, output):
+    x, norm_weight, norm_bias, weight, bias, eps, *weight_kn = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, norm_weight, norm_bias, weight, mean, rstd)
+    ctx.has_bias = bias is not None
+    ctx.weight_kn = bool(weight_kn and weight_kn[0])
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _ln_backward(ctx, grad_out, _grad_mean, _grad_rstd):
+    """x̂ = (x − μ)·rstd, n = x̂·γ + β; g = dn·γ, dx = rstd · (g − mean(g) − x̂ · mean(g·x̂))."""
+    x, norm_weight, norm_bias, weight, mean, rstd = ctx.saved_tensors
+    acc = _stats_dtype(x)
+    rstd2d = rstd.reshape(-1, 1).to(acc)
+    x_hat = (x.reshape(-1, x.shape[-1]).to(acc) - mean.reshape(-1, 1).to(acc)) * rstd2d
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, norm_bias, weight, (1, 2, 3, 4))
+    g = grads.pop("grad_normed")
+    grad_x = None
+    if ctx.needs_input_grad[0]:
+        grad_x = rstd2d * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        grad_x = grad_x.to(x.dtype).reshape(x.shape)
+    return grad_x, grads["norm_weight"], grads["norm_bias"], grads["weight"], grads["bias"], None, None
+
+
+layer_norm_linear.register_autograd(_ln_backward, setup_context=_ln_setup_context)
+layer_norm_linear_tensor_eps.register_autograd(_ln_backward, setup_context=_ln_setup_context)

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.pattern_matcher import stable_topological_sort
 
 from . import report
 from .config import NormFusionConfig
@@ -90,6 +91,8 @@ class NormFusionPass(CustomGraphPass):
         finally:
             _CONTEXT.pop()
         if ctx.sites and any(s.rewritten for s in ctx.sites):
+            # readers of the statistics may sit between the norm and the first matmul, before the fused op
+            stable_topological_sort(graph)
             graph.eliminate_dead_code()
             if self.config.log_graph:
                 report.log.info("[graph %d] after norm_fusion:\n%s", ctx.graph_id, graph)

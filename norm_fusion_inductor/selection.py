@@ -41,6 +41,9 @@ class MatmulSite:
     device: torch.device
     has_norm_weight: bool
     has_bias: bool
+    norm: str = "rms"  # "rms" or "ln"
+    has_norm_bias: bool = False
+    weight_kn: bool = False  # weight stored [K, N] (Conv1D)
 
 
 _MEMORY: dict = {}
@@ -61,8 +64,8 @@ def _key(site: MatmulSite) -> str:
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
     return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, _kernel_source_hash(),
-                                      prenorm_matmul._bucket(site.M), site.K, site.N, site.dtype,
-                                      site.has_norm_weight, site.has_bias))
+                                      prenorm_matmul._bucket(site.M), site.K, site.N, site.dtype, site.norm,
+                                      site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn))
 
 
 def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
@@ -140,18 +143,29 @@ def _measure(site: MatmulSite) -> dict:
     dev, dt = site.device, site.dtype
     x = torch.randn(site.M, site.K, device=dev, dtype=dt)
     w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
+    if site.weight_kn:
+        w = w.t().contiguous()
     g = (1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None
+    beta = (0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None
     b = torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None
     y = torch.empty_like(x)
 
     def bench(fn):
         return do_bench_cudagraph(fn, rep=30, return_mode="median")
 
-    prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6)  # autotune first, outside the timing
-    mm = (lambda: torch.addmm(b, x, w.t())) if b is not None else (lambda: torch.mm(x, w.t()))
+    if site.norm == "ln":
+        def fused():
+            return prenorm_matmul.layer_norm_matmul(x, g, beta, w, b, 1e-6, w_kn=site.weight_kn)
+    else:
+        def fused():
+            return prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, w_kn=site.weight_kn)
+
+    fused()  # autotune first, outside the timing
+    w_mm = w if site.weight_kn else w.t()
+    mm = (lambda: torch.addmm(b, x, w_mm)) if b is not None else (lambda: torch.mm(x, w_mm))
     times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
     for _ in range(3):  # interleaved, so clock drift hits both sides
-        times["fused_ms"].append(bench(lambda: prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6)))
+        times["fused_ms"].append(bench(fused))
         times["mm_ms"].append(bench(mm))
         times["copy_ms"].append(bench(lambda: y.copy_(x)))
     return {k: statistics.median(v) for k, v in times.items()}

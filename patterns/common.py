@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import operator
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 from torch._inductor import pattern_matcher as pm
@@ -20,6 +21,28 @@ from torch.fx import Graph, Node
 aten = torch.ops.aten
 
 VIEW_OPS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+EPS_PLACEHOLDER = 7.77e-7  # a value no model uses, so the traced graph shows where eps goes
+# One trace per cast structure: a pattern traced in a 16-bit dtype matches bf16 and fp16 graphs, not fp32 ones.
+TRACE_DTYPES = {"half": torch.float16, "fp32": torch.float32}
+
+
+def build_pattern_pass(name: str, forms: dict, handler: Callable) -> pm.PatternMatcherPass:
+    """A PatternMatcherPass with one pattern per (form, cast structure); ``forms`` maps a form's name to
+    (search function (x, *params, eps), dtypes of the params). ``handler(pattern_name, match, **kwargs)``."""
+    matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{name}")
+    seen = set()
+    for form, (fn, param_dtypes) in forms.items():
+        for dtype_name, dtype in TRACE_DTYPES.items():
+            inputs = [torch.empty(4, 16, dtype=dtype)]
+            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
+            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
+            if repr(pattern) in seen:  # e.g. the fp32 trace of a form whose casts vanish
+                continue
+            seen.add(repr(pattern))
+            pm.register_graph_pattern(pattern, pass_dict=matcher)(functools.partial(handler, f"{form}/{dtype_name}"))
+    return matcher
 
 
 def trace_pattern(search_fn: Callable, example_inputs: list, scalar_workaround: dict) -> pm.PatternExpr:
@@ -59,11 +82,17 @@ def _allow_extra_users(pattern: pm.PatternExpr) -> None:
 
 @dataclasses.dataclass
 class MatmulConsumer:
-    """A matmul that reads the normalized tensor as its A operand: ``out[M, N] = a[M, K] @ W[N, K]ᵀ (+ bias)``."""
+    """A matmul that reads the normalized tensor as its A operand: ``out[M, N] = a[M, K] @ W[N, K]ᵀ (+ bias)``,
+    or ``a @ W[K, N]`` (+ bias) with ``weight_kn`` (GPT-2's Conv1D)."""
 
     node: Node  # the mm / addmm node
-    weight: Node  # W [N, K]
+    weight: Node  # W [N, K], or [K, N] with weight_kn
     bias: Optional[Node]
+    weight_kn: bool = False
+
+    @property
+    def n(self):
+        return self.weight.meta["val"].shape[1 if self.weight_kn else 0]
 
 
 def _is_transpose_of_2d(node: Node) -> Optional[Node]:
@@ -79,22 +108,26 @@ def _is_transpose_of_2d(node: Node) -> Optional[Node]:
 
 
 def as_matmul_consumer(node: Node, a_operand: Node) -> Optional[MatmulConsumer]:
-    """``node`` as ``a_operand @ Wᵀ (+ bias)`` with W [N, K] stored row-major, else None."""
+    """``node`` as ``a_operand @ Wᵀ (+ bias)`` with W [N, K] (nn.Linear), or ``a_operand @ W (+ bias)`` with a
+    2-D W [K, N] (Conv1D); else None."""
     if node.op != "call_function":
         return None
     if node.target == aten.mm.default and node.args[0] is a_operand:
-        weight = _is_transpose_of_2d(node.args[1])
-        return MatmulConsumer(node, weight, None) if weight is not None else None
-    if node.target == aten.addmm.default and node.args[1] is a_operand and not node.kwargs:
-        weight = _is_transpose_of_2d(node.args[2])
-        bias = node.args[0]
-        if weight is None or not isinstance(bias, Node):
+        b_operand, bias = node.args[1], None
+    elif node.target == aten.addmm.default and node.args[1] is a_operand and not node.kwargs:
+        b_operand, bias = node.args[2], node.args[0]
+        if not isinstance(bias, Node):
             return None
-        n = weight.meta["val"].shape[0]
-        if tuple(bias.meta["val"].shape) not in ((n,),):
-            return None
-        return MatmulConsumer(node, weight, bias)
-    return None
+    else:
+        return None
+    weight = _is_transpose_of_2d(b_operand)
+    consumer = (MatmulConsumer(node, weight, bias) if weight is not None
+                else MatmulConsumer(node, b_operand, bias, weight_kn=True))
+    if not isinstance(consumer.weight, Node) or len(consumer.weight.meta["val"].shape) != 2:
+        return None
+    if bias is not None and tuple(bias.meta["val"].shape) != (consumer.n,):
+        return None
+    return consumer
 
 
 def flattened_users(normed: Node) -> Iterable[tuple[Node, Node]]:
@@ -158,3 +191,148 @@ def size_hint(value) -> int:
         hint = value.node.hint
         return int(hint) if hint is not None else 8192
     return int(value)
+
+
+# --- one norm site: checks, the choice, the rewrite ----------------------------------------------------------------
+
+REDUCTIONS = (aten.mean.dim, aten.var_mean.correction)
+
+
+@dataclasses.dataclass
+class NormSpec:
+    """What a pattern family contributes to the shared site rewrite."""
+
+    fusion: str  # the family's name, e.g. "rms_norm_matmul"
+    norm: str  # "rms" or "ln": which fused op and which measurement
+    op: Any  # the fused op (float eps) and its eps-as-tensor twin (dynamic shapes)
+    op_tensor_eps: Any
+    stats: dict  # graph node target → index of the op's output that replaces it for its other readers
+
+    def args(self, x, gamma, beta, consumer, eps) -> tuple:
+        norm_params = (gamma,) if self.norm == "rms" else (gamma, beta)
+        return (x, *norm_params, consumer.weight, consumer.bias, eps, consumer.weight_kn)
+
+
+def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -> None:
+    """Rewrite every matmul that reads the matched norm's output into ``spec.op``, or record why not.
+
+    A site is rewritten only when that removes the normalized tensor from the forward pass: at inference every
+    user of it must be such a matmul; in training the backward may also read it (the partitioner recomputes it
+    there from x and the op's saved statistics, which its readers are redirected to)."""
+    from norm_fusion_inductor.selection import MatmulSite, choose
+
+    normed = match.output_node()
+    x, gamma, beta = match.kwargs["x"], match.kwargs.get("weight"), match.kwargs.get("bias")
+    eps = _eps(match)
+    site = ctx.site(spec.fusion, pattern_name, normed)
+
+    reason = _norm_rejection(match, x, gamma, beta, normed)
+    consumers, others, other_matmuls = [], [], []
+    for user, operand in flattened_users(normed):
+        consumer = as_matmul_consumer(user, operand)
+        if consumer is not None:
+            consumers.append(consumer)
+        elif user not in ctx.backward:
+            others.append(user)
+            if user.target in (aten.mm.default, aten.addmm.default):
+                other_matmuls.append(user)
+    if not consumers and not other_matmuls:
+        return  # a norm with no matmul next to it is not this family's site
+    x_val = x.meta["val"]
+    K = x_val.shape[-1]
+    M = size_hint(x_val.numel() // K) if K else 0
+    site.shape = (M, K, (consumers[0].node if consumers else other_matmuls[0]).meta["val"].shape[-1])
+    site.dtype = str(x_val.dtype).replace("torch.", "")
+    if reason is None and other_matmuls:
+        reason = "a matmul reads the normalized tensor with a weight that is neither [N, K] transposed nor [K, N]"
+    if reason is None and others:
+        reason = ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in others})) +
+                  ", so it would still be written")
+    reason = reason or _operand_rejection(x_val, consumers)
+    if reason is not None:
+        return ctx.reject(site, reason)
+
+    choices = [choose(MatmulSite(M, K, c.n, x_val.dtype, x_val.device, gamma is not None, c.bias is not None,
+                                 norm=spec.norm, has_norm_bias=beta is not None, weight_kn=c.weight_kn),
+                      ctx.config) for c in consumers]
+    if not all(ch.fused for ch in choices):
+        why = next(ch for ch in choices if not ch.fused)
+        return ctx.reject(site, why.reason, implementation=why.implementation)
+
+    graph = normed.graph
+    stat_readers = _stat_readers(match, spec.stats)
+    op = spec.op if not isinstance(eps, Node) else spec.op_tensor_eps
+    for i, c in enumerate(consumers):
+        fused = insert_call(graph, op, spec.args(x, gamma, beta, c, eps), before=c.node)
+        c.node.replace_all_uses_with(getitem(graph, fused, 0))
+        graph.erase_node(c.node)
+        if i == 0:  # the backward reads the statistics: take them from the kernel, not a second reduction
+            for index, readers in stat_readers.items():
+                stat = getitem(graph, fused, index)
+                for user, old in readers:
+                    user.replace_input_with(old, stat)
+    ctx.accept(site, choices[0].implementation,
+               f"{len(consumers)} matmul(s) fused; " + "; ".join(sorted({ch.reason for ch in choices})))
+
+
+def _norm_rejection(match: pm.Match, x: Node, gamma, beta, normed: Node) -> Optional[str]:
+    """Why the matched nodes are not a norm over the last dim that the kernel computes, or None."""
+    x_val = x.meta["val"]
+    for node in match.nodes:
+        if node.target in REDUCTIONS:
+            dims = [d % x_val.dim() for d in node.args[1]]
+            if dims != [x_val.dim() - 1]:
+                return f"reduction over dim(s) {node.args[1]}, not the last dim"
+            keepdim = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
+            if not keepdim:
+                return "reduction without keepdim"
+    for name, param in (("weight", gamma), ("bias", beta)):
+        if param is not None:
+            p = param.meta["val"]
+            if p.dim() != 1 or p.shape[0] != x_val.shape[-1]:
+                return f"norm {name} has shape {tuple(p.shape)}, not [{x_val.shape[-1]}]"
+    if normed.meta["val"].shape != x_val.shape:
+        return "normalized tensor is broadcast to another shape"
+    return None
+
+
+def _operand_rejection(x_val, consumers) -> Optional[str]:
+    if x_val.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {x_val.dtype} not supported"
+    if not x_val.is_contiguous():
+        return "norm input is not contiguous (the kernel reads x as row-major [M, K])"
+    for c in consumers:
+        w = c.weight.meta["val"]
+        if w.dtype != x_val.dtype:
+            return f"matmul weight dtype {w.dtype} differs from the norm input's {x_val.dtype} (autocast?)"
+        if w.stride(-1) != 1:
+            return "matmul weight is not [N, K] row-major"
+        if c.bias is not None and c.bias.meta["val"].dtype != x_val.dtype:
+            return "bias dtype differs from the input's"
+    return None
+
+
+def _eps(match: pm.Match):
+    """eps as the graph holds it: what is added to the variance (or mean square) under the rsqrt; a graph input
+    (0-d tensor) under dynamic shapes, which the op's tensor-eps twin takes."""
+    for node in match.nodes:
+        if node.target == aten.rsqrt.default:
+            added = node.args[0]
+            if getattr(added, "target", None) in (aten.add.Tensor, aten.add.Scalar):
+                eps = added.args[1]
+                return float(eps) if isinstance(eps, (int, float)) else eps
+    return match.kwargs["eps"]
+
+
+def _stat_readers(match: pm.Match, stats: dict) -> dict:
+    """{output index: [(reader, node)]} for every reader of a statistic outside the matched norm."""
+    nodes = set(match.nodes)
+    readers: dict = {}
+    for node in match.nodes:
+        if node.target is operator.getitem and node.args[0].target == aten.var_mean.correction:
+            index = stats.get(("var_mean", node.args[1]))  # var_mean's outputs: (var, mean)
+        else:
+            index = stats.get(node.target)
+        if index is not None:
+            readers.setdefault(index, []).extend((u, node) for u in node.users if u not in nodes)
+    return readers

@@ -22,6 +22,32 @@ def rms_linear_reference64(x, gamma, w, bias, eps):
     return out, rstd
 
 
+def ln_linear_reference64(x, gamma, beta, w, bias, eps):
+    """out, mean, rstd of layernorm(x; γ, β) @ wᵀ + b, in float64."""
+    xd = x.double()
+    var, mean = torch.var_mean(xd, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    h = (xd - mean) * rstd
+    if gamma is not None:
+        h = h * gamma.double()
+    if beta is not None:
+        h = h + beta.double()
+    out = h @ w.double().t()
+    if bias is not None:
+        out = out + bias.double()
+    return out, mean, rstd
+
+
+def ln_linear_unfused(x, gamma, beta, w, bias, eps):
+    """The unfused path in x's dtype (fp32 statistics, normalized tensor rounded to x's dtype, then the matmul),
+    as Inductor computes it: the error a fused kernel must stay within."""
+    import torch.nn.functional as F
+
+    h = F.layer_norm(x.float(), (x.shape[-1],), None if gamma is None else gamma.float(),
+                     None if beta is None else beta.float(), eps).to(x.dtype)
+    return F.linear(h.float(), w.float(), None if bias is None else bias.float())
+
+
 class LlamaRMSNorm(nn.Module):
     """transformers' LlamaRMSNorm, verbatim in structure (weight=False: the same without the weight)."""
 

@@ -30,8 +30,8 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 def test_unknown_option_is_named():
     with pytest.raises(ValueError, match="'polcy'"):
         nfi.NormFusionConfig.from_any({"polcy": "auto"})
-    with pytest.raises(ValueError, match="unknown fusion 'layer_norm_matmul'"):
-        nfi.NormFusionConfig(fusions=("layer_norm_matmul",))
+    with pytest.raises(ValueError, match="unknown fusion 'matmul_layer_norm'"):
+        nfi.NormFusionConfig(fusions=("matmul_layer_norm",))
 
 
 def test_wrong_types_and_values_are_named():

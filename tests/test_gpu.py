@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor.kernels import prenorm_matmul
 
-from .helpers import LlamaRMSNorm, rel_err, rms_linear_reference64
+from .helpers import LlamaRMSNorm, ln_linear_reference64, ln_linear_unfused, rel_err, rms_linear_reference64
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -52,6 +52,27 @@ def test_kernel_fp32_norm_weight_with_bf16_input(prologue):
     assert rel_err(out, rms_linear_reference64(x, g, w, None, 1e-6)[0]) < 1e-2
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("shift", [0.0, 100.0, 1000.0])
+def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift):
+    """Issue 3's numerics target on the tensor cores: rows with mean 0, 100σ, 1000σ."""
+    M, K, N = 4096, 1024, 768
+    x = (torch.randn(M, K, device="cuda") + shift).to(dtype)
+    g = (torch.rand(K, device="cuda") + 0.5).to(dtype)
+    b = torch.randn(K, device="cuda").to(dtype)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
+    bias = torch.randn(N, device="cuda").to(dtype)
+    plan = prenorm_matmul.tuned_plan(x, w, g, bias, 1e-5, prologues=(prologue,), beta=b, center=True)
+    _poison_allocator()
+    out, mean, rstd = prenorm_matmul.layer_norm_matmul(x, g, b, w, bias, 1e-5, plan=plan)
+    ref, ref_mean, ref_rstd = ln_linear_reference64(x, g, b, w, bias, 1e-5)
+    unfused = rel_err(ln_linear_unfused(x, g, b, w, bias, 1e-5), ref)
+    assert not out.isnan().any()
+    assert rel_err(out, ref) <= max(2 * unfused, 5e-3), (rel_err(out, ref), unfused, plan)
+    assert rel_err(mean, ref_mean.flatten()) < 1e-5 and rel_err(rstd, ref_rstd.flatten()) < 1e-4
+
+
 class Block(nn.Module):
     def __init__(self, d, n):
         super().__init__()
@@ -61,6 +82,26 @@ class Block(nn.Module):
     def forward(self, x):
         h = self.norm(x)
         return self.q(h) * self.k(h)
+
+
+def test_layer_norm_plugin_end_to_end_training():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.LayerNorm(1024), nn.Linear(1024, 512)).cuda().bfloat16()
+    m64 = nn.Sequential(nn.LayerNorm(1024), nn.Linear(1024, 512)).cuda().double()
+    m64.load_state_dict(m.state_dict())
+    x = (torch.randn(8, 512, 1024, device="cuda") + 3).bfloat16().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    nfi.clear_reports()
+    out = torch.compile(m, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})(x)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref = m64(x64)
+    ref.backward(grad.double())
+    assert [s.rewritten for s in nfi.reports()] == [True]
+    assert rel_err(out, ref) < 1e-2 and rel_err(x.grad, x64.grad) < 2e-2
+    for p, p64 in zip(m.parameters(), m64.parameters()):
+        assert rel_err(p.grad, p64.grad) < 2e-2
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("policy", ["always", "auto"])

@@ -86,14 +86,7 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
 
 
 def _static_reason(site: MatmulSite) -> Optional[str]:
-    if site.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        return f"dtype {site.dtype} not supported"
-    if torch.cuda.get_device_capability(site.device)[0] < 9:
-        return "fused kernel needs sm_90+ (tensor descriptors)"
-    elem = torch.empty((), dtype=site.dtype).element_size()
-    if (site.K * elem) % 16 or (site.N * elem) % 16:
-        return f"K={site.K} or N={site.N} rows are not 16-byte aligned (TMA)"
-    return None
+    return prenorm_matmul.unsupported_shape_reason(site.dtype, site.K, site.N, site.device)
 
 
 def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:

@@ -314,26 +314,34 @@ def _fold_bias(w, beta, bias, k_dim=1):
     return v + bias.float() if bias is not None else v
 
 
+def unsupported_shape_reason(dtype: torch.dtype, K: int, N: int, device: torch.device) -> str | None:
+    """What the kernel cannot take whatever the tensors' layout (the pass checks this at compile time)."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {dtype} not supported"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
+        return "tensor descriptors need sm_90 or newer"
+    elem = torch.empty((), dtype=dtype).element_size()
+    if (K * elem) % 16 or (N * elem) % 16:
+        return f"K={K} or N={N} rows are not 16-byte aligned (TMA)"
+    return None
+
+
 def supports(x: torch.Tensor, w: torch.Tensor, w_kn: bool = False) -> str | None:
     """None if the kernel can run these operands, else the reason it cannot (logged by the caller)."""
     if x.dim() != 2 or w.dim() != 2:
         return "kernel takes 2-D operands"
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        return f"dtype {x.dtype} not supported"
     if w.dtype != x.dtype:
         return f"weight dtype {w.dtype} differs from input dtype {x.dtype}"
     if x.device.type != "cuda" and not _env_interpret():
         return f"no Triton kernel for device {x.device.type}"
-    if x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] < 9:
-        return "tensor descriptors need sm_90 or newer"
-    elem = x.element_size()
+    reason = unsupported_shape_reason(x.dtype, x.shape[1], w.shape[1 if w_kn else 0], x.device)
+    if reason is not None:
+        return reason
     for name, t in (("input", x), ("weight", w)):
         if t.stride(-1) != 1:
             return f"{name} is not contiguous in its last dim"
-        if (t.stride(0) * elem) % 16 or t.data_ptr() % 16:
+        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             return f"{name} rows are not 16-byte aligned (TMA)"
-    if (w.shape[1 if w_kn else 0] * elem) % 16:
-        return "output rows are not 16-byte aligned (TMA)"
     return None
 
 

@@ -9,16 +9,19 @@ See README.md.
 from . import ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
 from .backend import norm_fusion_backend
 from .config import FUSIONS, NormFusionConfig
+from .explain import Explanation, explain
 from .passes import NormFusionPass, enabled, inductor_options
 from .report import SiteRecord, clear_reports, reports
 
 __all__ = [
+    "Explanation",
     "FUSIONS",
     "NormFusionConfig",
     "NormFusionPass",
     "SiteRecord",
     "clear_reports",
     "enabled",
+    "explain",
     "inductor_options",
     "norm_fusion_backend",
     "reports",

@@ -13,7 +13,7 @@ from typing import Optional
 log = logging.getLogger("norm_fusion_inductor")
 
 _HISTORY: list["SiteRecord"] = []
-_MAX_HISTORY = 10_000
+_MAX_HISTORY = 10_000  # older records are dropped
 
 
 @dataclasses.dataclass

@@ -173,3 +173,31 @@ def test_log_graph_prints_rewritten_graph(caplog):
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "REWRITTEN" in text and "after norm_fusion" in text and "norm_fusion.rms_norm_linear" in text
     torch._dynamo.reset()
+
+
+# --- explain -------------------------------------------------------------------------------------------------------
+
+class TwoNorms(nn.Module):
+    """One site that fuses and one that cannot (its normalized tensor is also part of the output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n1, self.p1 = LlamaRMSNorm(32), nn.Linear(32, 32)
+        self.n2, self.p2 = nn.LayerNorm(32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.p1(self.n1(x))
+        g = self.n2(h)
+        return torch.cat([self.p2(g), g], -1)
+
+
+def test_explain_reports_every_site_as_data_and_table():
+    model, x = TwoNorms(), torch.randn(2, 3, 32)
+    for train in (False, True):
+        result = nfi.explain(model, x, train=train, policy="always")
+        assert [(s.fusion, s.rewritten) for s in result.sites] == [("rms_norm_matmul", True),
+                                                                   ("layer_norm_matmul", False)]
+        assert "also used by" in result.not_rewritten[0].reason
+        text = str(result)
+        assert text.startswith("1 of 2 normalization sites") and "| no | unfused | the normalized tensor" in text
+    torch._dynamo.reset()

@@ -10,14 +10,16 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-FUSIONS = ("rms_norm_matmul", "layer_norm_matmul")
+FUSIONS = ("rms_norm_matmul", "layer_norm_matmul")  # every family there is
+# on unless asked otherwise: layer_norm_matmul waits for its first GPU validation (NOTES.md)
+DEFAULT_FUSIONS = ("rms_norm_matmul",)
 POLICIES = ("auto", "always", "never")
 
 
 @dataclasses.dataclass(frozen=True)
 class NormFusionConfig:
-    #: fusions to run; see ``FUSIONS``
-    fusions: tuple = FUSIONS
+    #: fusions to run, from ``FUSIONS``
+    fusions: tuple = DEFAULT_FUSIONS
     #: "auto": a site is rewritten only where the fused kernel measured faster than the unfused path (at compile
     #: time, cached); "always": rewrite every supported site; "never": rewrite nothing, only report the sites
     policy: str = "auto"

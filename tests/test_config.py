@@ -27,6 +27,11 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 
 # --- configuration errors name the option ----------------------------------------------------------------------
 
+def test_layer_norm_family_is_opt_in_until_validated_on_gpu():
+    assert nfi.NormFusionConfig().fusions == ("rms_norm_matmul",)
+    assert "layer_norm_matmul" in nfi.FUSIONS
+
+
 def test_unknown_option_is_named():
     with pytest.raises(ValueError, match="'polcy'"):
         nfi.NormFusionConfig.from_any({"polcy": "auto"})
@@ -194,7 +199,7 @@ class TwoNorms(nn.Module):
 def test_explain_reports_every_site_as_data_and_table():
     model, x = TwoNorms(), torch.randn(2, 3, 32)
     for train in (False, True):
-        result = nfi.explain(model, x, train=train, policy="always")
+        result = nfi.explain(model, x, train=train, policy="always", fusions=nfi.FUSIONS)
         assert [(s.fusion, s.rewritten) for s in result.sites] == [("rms_norm_matmul", True),
                                                                    ("layer_norm_matmul", False)]
         assert "also used by" in result.not_rewritten[0].reason

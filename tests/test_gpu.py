@@ -92,7 +92,8 @@ def test_layer_norm_plugin_end_to_end_training():
     x = (torch.randn(8, 512, 1024, device="cuda") + 3).bfloat16().requires_grad_()
     x64 = x.detach().double().requires_grad_()
     nfi.clear_reports()
-    out = torch.compile(m, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})(x)
+    out = torch.compile(m, backend="norm_fusion",
+                        options={"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}})(x)
     grad = torch.randn_like(out)
     out.backward(grad)
     ref = m64(x64)

@@ -11,7 +11,7 @@ from .helpers import rel_err
 
 transformers = pytest.importorskip("transformers")
 
-ALWAYS = {"norm_fusion": {"policy": "always"}}
+ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 
 
 def llama():

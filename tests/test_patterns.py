@@ -85,7 +85,7 @@ def run(model, x, *, train, policy="always", options=None):
     torch._dynamo.reset()
     nfi.clear_reports()
     joint, post = Capture(), Capture()
-    opts = {"norm_fusion": {"policy": policy, **(options or {})}}
+    opts = {"norm_fusion": {"policy": policy, "fusions": nfi.FUSIONS, **(options or {})}}
     model64 = copy.deepcopy(model).double()
     compiled = torch.compile(model, backend="norm_fusion", options=opts)
     with torch._inductor.config.patch(joint_custom_post_pass=joint, post_grad_custom_post_pass=post):

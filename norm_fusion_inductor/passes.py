@@ -24,7 +24,6 @@ from .config import NormFusionConfig
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 _GRAPH_COUNTER = itertools.count()
-_CONTEXT: list["PassContext"] = []
 
 
 class PassContext:
@@ -54,10 +53,6 @@ class PassContext:
         report.record(site, emit=self.config.logging_enabled)
 
 
-def current_context() -> PassContext:
-    return _CONTEXT[-1]
-
-
 @functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
     h = hashlib.sha256()
@@ -84,12 +79,8 @@ class NormFusionPass(CustomGraphPass):
         if self.config.logging_enabled:
             report.enable_logging()
         ctx = PassContext(graph, self.config)
-        _CONTEXT.append(ctx)
-        try:
-            for name in self.config.fusions:
-                FAMILIES[name].apply(graph, ctx)
-        finally:
-            _CONTEXT.pop()
+        for name in self.config.fusions:
+            FAMILIES[name].apply(graph, ctx)
         if ctx.sites and any(s.rewritten for s in ctx.sites):
             # readers of the statistics may sit between the norm and the first matmul, before the fused op
             stable_topological_sort(graph)

@@ -28,21 +28,41 @@ EPS_PLACEHOLDER = 7.77e-7  # a value no model uses, so the traced graph shows wh
 TRACE_DTYPES = {"half": torch.float16, "fp32": torch.float32}
 
 
-def build_pattern_pass(name: str, forms: dict, handler: Callable) -> pm.PatternMatcherPass:
-    """A PatternMatcherPass with one pattern per (form, cast structure); ``forms`` maps a form's name to
-    (search function (x, *params, eps), dtypes of the params). ``handler(pattern_name, match, **kwargs)``."""
-    matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{name}")
-    seen = set()
-    for form, (fn, param_dtypes) in forms.items():
-        for dtype_name, dtype in TRACE_DTYPES.items():
-            inputs = [torch.empty(4, 16, dtype=dtype)]
-            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
-            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
-            if repr(pattern) in seen:  # e.g. the fp32 trace of a form whose casts vanish
-                continue
-            seen.add(repr(pattern))
-            pm.register_graph_pattern(pattern, pass_dict=matcher)(functools.partial(handler, f"{form}/{dtype_name}"))
-    return matcher
+class NormFamily:
+    """A pattern family: the norm's forms (traced into patterns on first use) and the spec of its fused op.
+    ``forms`` maps a form's name to (search function (x, *params, eps), dtypes of the params: "input" = the
+    input's dtype, or a dtype)."""
+
+    def __init__(self, spec: "NormSpec", forms: dict):
+        self.spec, self.forms = spec, forms
+        self._ctx = None
+
+    def apply(self, graph: Graph, ctx) -> None:
+        """Run over ``graph``; ``ctx`` (passes.PassContext) carries the config and records the sites."""
+        self._ctx = ctx
+        try:
+            self.matcher.apply(graph)
+        finally:
+            self._ctx = None
+
+    @functools.cached_property
+    def matcher(self) -> pm.PatternMatcherPass:
+        matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{self.spec.fusion}")
+        seen = set()
+        for form, (fn, param_dtypes) in self.forms.items():
+            for dtype_name, dtype in TRACE_DTYPES.items():
+                inputs = [torch.empty(4, 16, dtype=dtype)]
+                inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
+                pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
+                if repr(pattern) in seen:  # e.g. the fp32 trace of a form whose casts vanish
+                    continue
+                seen.add(repr(pattern))
+                pm.register_graph_pattern(pattern, pass_dict=matcher)(
+                    functools.partial(self._rewrite, f"{form}/{dtype_name}"))
+        return matcher
+
+    def _rewrite(self, pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
+        rewrite_norm_site(self.spec, pattern_name, match, self._ctx)
 
 
 def trace_pattern(search_fn: Callable, example_inputs: list, scalar_workaround: dict) -> pm.PatternExpr:
@@ -306,7 +326,7 @@ def _operand_rejection(x_val, consumers) -> Optional[str]:
         if w.dtype != x_val.dtype:
             return f"matmul weight dtype {w.dtype} differs from the norm input's {x_val.dtype} (autocast?)"
         if w.stride(-1) != 1:
-            return "matmul weight is not [N, K] row-major"
+            return "matmul weight rows are not contiguous"
         if c.bias is not None and c.bias.meta["val"].dtype != x_val.dtype:
             return "bias dtype differs from the input's"
     return None

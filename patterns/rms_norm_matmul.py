@@ -8,16 +8,12 @@ never writes the normalized tensor. The site checks and the rewrite are shared w
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
-from torch._inductor import pattern_matcher as pm
-from torch.fx import Graph
 
 from norm_fusion_inductor import ops  # noqa: F401  (registers torch.ops.norm_fusion)
 
-from .common import NormSpec, aten, build_pattern_pass, rewrite_norm_site
+from .common import NormFamily, NormSpec, aten
 
 FUSION = "rms_norm_matmul"
 
@@ -75,21 +71,8 @@ FORMS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def pattern_pass() -> pm.PatternMatcherPass:
-    return build_pattern_pass(FUSION, FORMS, _rewrite_site)
-
 
 SPEC = NormSpec(FUSION, "rms", torch.ops.norm_fusion.rms_norm_linear.default,
                 torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default, stats={aten.rsqrt.default: 1})
-
-
-def apply(graph: Graph, ctx) -> None:
-    """Run the family over ``graph``; ``ctx`` (passes.PassContext) carries the config and records sites."""
-    pattern_pass().apply(graph)
-
-
-def _rewrite_site(pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
-    from norm_fusion_inductor.passes import current_context
-
-    rewrite_norm_site(SPEC, pattern_name, match, current_context())
+FAMILY = NormFamily(SPEC, FORMS)
+apply = FAMILY.apply

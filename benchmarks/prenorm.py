@@ -105,12 +105,18 @@ def run_shape(M, K, N, dtype, args) -> dict:
     norm_only = compiled(lambda x, g, w: norm(x, g))
     default = compiled(norm_then_linear)
     nfi.clear_reports()
-    # policy "auto": fused only where measured faster; every family (LayerNorm is opt-in)
+    # policy "auto": fused only where measured faster
     plugin = compiled(norm_then_linear, backend="norm_fusion", options={"norm_fusion": {"fusions": nfi.FUSIONS}})
     row["plugin_choice"] = [(s.rewritten, s.reason) for s in nfi.reports()]
+    # policy "always": the fused kernel as Inductor launches it from its generated code (the direct launch)
+    plugin_fused = compiled(norm_then_linear, backend="norm_fusion",
+                            options={"norm_fusion": {"fusions": nfi.FUSIONS, "policy": "always"}})
+    default_again = compiled(lambda x, g, w: norm_then_linear(x, g, w))  # another code object: compiled anew
     y = torch.empty_like(x)
-    in_loop, pre_pass = tuned(x, g, w, ("in_loop",)), tuned(x, g, w, ("pre_pass",))
-    row["plans"] = {"in_loop": in_loop, "pre_pass": pre_pass, "chosen": tuned(x, g, w, kern.PROLOGUES)}
+    row["plans"] = {"chosen": tuned(x, g, w, kern.PROLOGUES)}
+    if not args.lean:
+        in_loop, pre_pass = tuned(x, g, w, ("in_loop",)), tuned(x, g, w, ("pre_pass",))
+        row["plans"].update(in_loop=in_loop, pre_pass=pre_pass)
     fns = {
         "norm": lambda: norm_only(x, g, w),
         "mm": lambda: torch.mm(normed, w.t()),
@@ -120,7 +126,16 @@ def run_shape(M, K, N, dtype, args) -> dict:
         "in_loop": lambda: fused(x, g, w, in_loop),
         "pre_pass": lambda: fused(x, g, w, pre_pass),
         "plain_gemm": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=("plain", pre_pass[1])),
+    }
+    if args.lean:
+        for name in ("in_loop", "pre_pass", "plain_gemm"):
+            del fns[name]
+    fns |= {
         "plugin": lambda: plugin(x, g, w),
+        "plugin_fused": lambda: plugin_fused(x, g, w),
+        # control: torch.compile default compiled a second time, timed last in the round. Inductor picks its norm
+        # kernel's config per compile, so two compiles of one graph can differ (an unfused plugin site too)
+        "default_again": lambda: default_again(x, g, w),
     }
     if not args.no_max_autotune and (args.max_autotune_shapes is None or
                                      f"{M}x{K}x{N}" in args.max_autotune_shapes):
@@ -132,14 +147,16 @@ def run_shape(M, K, N, dtype, args) -> dict:
     out_k = fused(x, g, w)
     row["err_fused"] = rel_err(out_k, ref)
     row["err_plugin"] = rel_err(plugin(x, g, w), ref)
+    row["err_plugin_fused"] = rel_err(plugin_fused(x, g, w), ref)
     row["err_default"] = rel_err(default(x, g, w), ref)
     row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=args.cudagraph).items()})
     best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
-    for impl in ("fused_kernel", "plugin"):
+    for impl in ("fused_kernel", "plugin", "plugin_fused"):
         t = row[f"t_{impl}"]
         row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
         row[f"ratio_{impl}"] = t / best_baseline
-    row["gemm_vs_cublas"] = row["t_plain_gemm"] / row["t_mm"]
+    if "t_plain_gemm" in row:
+        row["gemm_vs_cublas"] = row["t_plain_gemm"] / row["t_mm"]
     row["compile_s"] = compile_t
     return row
 
@@ -153,6 +170,7 @@ def main() -> None:
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
+    p.add_argument("--lean", action="store_true", help="skip the per-prologue columns (faster)")
     p.add_argument("--json")
     args = p.parse_args()
     if args.shapes:
@@ -168,8 +186,8 @@ def main() -> None:
           f"{__import__('triton').__version__}  python {platform.python_version()}  "
           f"{time.strftime('%Y-%m-%d')}  norm={args.norm}", flush=True)
     rows = []
-    cols = ["t_copy", "t_norm", "t_mm", "t_default", "t_max_autotune", "t_plain_gemm", "t_in_loop", "t_pre_pass",
-            "t_fused_kernel", "t_plugin"]
+    cols = ["t_copy", "t_norm", "t_mm", "t_default", "t_default_again", "t_max_autotune", "t_plain_gemm", "t_in_loop", "t_pre_pass",
+            "t_fused_kernel", "t_plugin_fused", "t_plugin"]
     print("| M×K×N | " + " | ".join(c[2:] for c in cols) +
           " | hidden % (plugin) | hidden % (kernel) | plugin / best | fused? | err |", flush=True)
     print("|" + "---|" * (len(cols) + 6), flush=True)
@@ -180,14 +198,17 @@ def main() -> None:
             print(f"| {M}×{K}×{N} | failed: {type(e).__name__}: {str(e)[:200]} |", flush=True)
             continue
         rows.append(row)
+        if args.json:  # after every shape: a run cut short keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         cells = [f"{row[c]:.3f}" if c in row else "–" for c in cols]
         print(f"| {M}×{K}×{N} | " + " | ".join(cells) +
               f" | {100 * row['hidden_plugin']:.0f} | {100 * row['hidden_fused_kernel']:.0f} | "
               f"{row['ratio_plugin']:.3f} | {'yes' if any(c[0] for c in row['plugin_choice']) else 'no'} | "
-              f"{row['err_plugin']:.1e} |",
+              f"{max(row['err_plugin'], row['err_plugin_fused']):.1e} |",
               flush=True)
     if rows:
-        for impl in ("plugin", "fused_kernel"):
+        for impl in ("plugin", "plugin_fused", "fused_kernel"):
             hid = [r[f"hidden_{impl}"] for r in rows if r["K"] <= 2048 and r["N"] <= 2048]
             if hid:
                 print(f"{impl}: median hidden (K,N ≤ 2048) {100 * statistics.median(hid):.1f}%, "

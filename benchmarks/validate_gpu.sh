@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# One device call that re-checks everything GPU-side: GPU tests, the quickstart, the full prenorm sweep with the
-# current selection (CUDA-graph timings as well), and the plugin profile. Writes logs and JSON under $OUT.
-#   (on the GPU machine)  bash benchmarks/validate_gpu.sh      # ~8 min on an H200
+# GPU rounds, each fits one device call (10 min). Writes logs and JSON under $OUT.
+#   bash benchmarks/validate_gpu.sh checks   # every kernel config vs float64, GPU tests, quickstart   (~5 min)
+#   bash benchmarks/validate_gpu.sh sweep    # the RMS sweep, lean, with the recompiled-default control (~7 min)
+#   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pytest tests/test_gpu.py -q -p no:warnings 2>&1 | tail -3 | tee "$OUT/gpu_tests.log"
-python3 examples/quickstart.py 2>&1 | tail -4 | cut -c1-300 | tee "$OUT/quickstart.log"
-python3 benchmarks/prenorm.py --max-autotune-shapes 262144x1024x256 16384x4096x4096 --json "$OUT/prenorm.json" \
-    2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm.log"
-python3 benchmarks/prenorm.py --cudagraph --no-max-autotune --quick 2>&1 | grep "^|\|median\|worst" \
-    | tee "$OUT/prenorm_cudagraph.log"
-python3 benchmarks/prenorm.py --norm ln --no-max-autotune --json "$OUT/prenorm_ln.json" \
-    --shapes 65536x1024x1024 65536x2048x256 262144x1024x256 262144x2048x512 16384x4096x4096 \
-    2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+case "${1:-checks}" in
+checks)
+    for a in "--norm rms --shape 4096x1024x768" "--norm rms --shape 8192x4096x1024" "--norm ln --shift 1000"; do
+        python3 benchmarks/kernel_check.py $a >> "$OUT/kernel_check.log" 2>&1
+    done
+    # a line per (variant, config); flag errors above bf16 rounding
+    awk '{split($0,a,"out "); split(a[2],b," "); if (b[1]+0 > 0.01 || $0 ~ /Error/) print "BAD", $0}' \
+        "$OUT/kernel_check.log" | cut -c1-200
+    python3 -m pytest tests/test_gpu.py -q -p no:warnings --show-capture=no --tb=line 2>&1 | tail -8 \
+        | tee "$OUT/gpu_tests.log"
+    python3 examples/quickstart.py 2>&1 | tail -4 | cut -c1-300 | tee "$OUT/quickstart.log"
+    ;;
+sweep)
+    python3 benchmarks/prenorm.py --lean --no-max-autotune --json "$OUT/prenorm.json" 2>&1 \
+        | grep "^|\|median\|worst" | tee "$OUT/prenorm.log"
+    ;;
+ln)
+    python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --json "$OUT/prenorm_ln.json" \
+        --shapes $(python3 -c "from benchmarks.prenorm import SWEEP; print(' '.join('%dx%dx%d' % s for s in SWEEP))") \
+        2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+    ;;
+esac

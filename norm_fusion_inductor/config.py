@@ -11,15 +11,14 @@ import os
 from typing import Any, Mapping
 
 FUSIONS = ("rms_norm_matmul", "layer_norm_matmul")  # every family there is
-# on unless asked otherwise: layer_norm_matmul waits for its first GPU validation (NOTES.md)
-DEFAULT_FUSIONS = ("rms_norm_matmul",)
 POLICIES = ("auto", "always", "never")
+LAUNCHES = ("direct", "op")
 
 
 @dataclasses.dataclass(frozen=True)
 class NormFusionConfig:
     #: fusions to run, from ``FUSIONS``
-    fusions: tuple = DEFAULT_FUSIONS
+    fusions: tuple = FUSIONS
     #: "auto": a site is rewritten only where the fused kernel measured faster than the unfused path (at compile
     #: time, cached); "always": rewrite every supported site; "never": rewrite nothing, only report the sites
     policy: str = "auto"
@@ -28,9 +27,13 @@ class NormFusionConfig:
     #: every site it favoured by ≥ 1.25x really ran faster fused (0.59–0.89x of torch.compile), while sites
     #: favoured by 1.06–1.22x ran at 0.70–1.12x, five of nine slower
     min_speedup: float = 1.25
-    #: with policy "auto", a fused site must keep at least this much GPU time per call (ms), unless Inductor
-    #: runs the graph under CUDA graphs: the fused op is called through Python, which costs the host ~0.1–0.15 ms
-    #: per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting on the host
+    #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
+    #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
+    #: launch cannot take (dynamic M, eps as a tensor) use the op either way
+    launch: str = "direct"
+    #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
+    #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
+    #: ~0.1–0.15 ms per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting
     min_kernel_ms: float = 0.15
     #: log every site (rewritten or not, and why) to the ``norm_fusion_inductor`` logger at INFO;
     #: the environment variable NORM_FUSION_LOG=1 does the same
@@ -49,6 +52,9 @@ class NormFusionConfig:
         _check_type("policy", self.policy, str)
         if self.policy not in POLICIES:
             raise ValueError(f"norm_fusion option 'policy' must be one of {POLICIES}, got {self.policy!r}")
+        _check_type("launch", self.launch, str)
+        if self.launch not in LAUNCHES:
+            raise ValueError(f"norm_fusion option 'launch' must be one of {LAUNCHES}, got {self.launch!r}")
         _check_type("min_speedup", self.min_speedup, (int, float))
         if self.min_speedup <= 0:
             raise ValueError(f"norm_fusion option 'min_speedup' must be > 0, got {self.min_speedup}")

@@ -30,12 +30,12 @@ from .kernels import prenorm_matmul
 from .report import log
 
 
-def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool) -> Optional[str]:
+def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool, center: bool) -> Optional[str]:
     """None when the Triton kernel runs these operands. On CPU only under the Triton interpreter, and only when
     NORM_FUSION_INTERPRET=1 (tests), since the interpreter is far slower than the reference."""
     if x2d.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
         return "CPU: reference implementation"
-    return prenorm_matmul.supports(x2d, weight, weight_kn)
+    return prenorm_matmul.supports(x2d, weight, weight_kn, center)
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,11 +75,12 @@ def rms_norm_linear_reference(x: Tensor, norm_weight: Optional[Tensor], weight: 
     return _linear_epilogue(a, x.dtype, _as_nk(weight, weight_kn), rstd, bias), rstd.float()
 
 
-def _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn):
+def _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn, plan=None):
+    """``plan`` given: the kernel with that plan, unchecked (the pass checked the operands when tracing)."""
     x2d = x.reshape(-1, x.shape[-1])
-    reason = _kernel_unsupported_reason(x2d, weight, weight_kn)
+    reason = None if plan is not None else _kernel_unsupported_reason(x2d, weight, weight_kn, center=False)
     if reason is None:
-        out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps, w_kn=weight_kn)
+        out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps, plan=plan, w_kn=weight_kn)
     else:
         if x.is_cuda:
             _warn_once(reason)
@@ -179,12 +180,12 @@ def layer_norm_linear_reference(x, norm_weight, norm_bias, weight, bias, eps, we
     return _linear_epilogue(a, x.dtype, weight_nk, rstd, v), mean.float(), rstd.float()
 
 
-def _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn):
+def _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn, plan=None):
     x2d = x.reshape(-1, x.shape[-1])
-    reason = _kernel_unsupported_reason(x2d, weight, weight_kn)
+    reason = None if plan is not None else _kernel_unsupported_reason(x2d, weight, weight_kn, center=True)
     if reason is None:
         out, mean, rstd = prenorm_matmul.layer_norm_matmul(x2d, norm_weight, norm_bias, weight, bias, eps,
-                                                           w_kn=weight_kn)
+                                                           plan=plan, w_kn=weight_kn)
     else:
         if x.is_cuda:
             _warn_once(reason)
@@ -240,3 +241,40 @@ def _ln_backward(ctx, grad_out, _grad_mean, _grad_rstd):
 
 layer_norm_linear.register_autograd(_ln_backward, setup_context=_ln_setup_context)
 layer_norm_linear_tensor_eps.register_autograd(_ln_backward, setup_context=_ln_setup_context)
+
+
+# --- direct launch from Inductor's generated code -----------------------------------------------------------------
+
+_IMPLEMENTATIONS = {"rms": _rms_norm_linear, "ln": _layer_norm_linear}
+
+
+def trace_direct_launch(norm: str, args: tuple, plan: tuple) -> torch.fx.GraphModule:
+    """The fused op's computation, with a fixed kernel plan, as a functional graph of aten ops and Triton launches
+    (``triton_kernel_wrapper_functional``): what the pass inserts so that Inductor's generated code launches the
+    kernels itself — no Python op call per step, CUDA graphs possible, Inductor's kernel cache serves them.
+
+    ``norm`` is "rms" or "ln"; ``args`` are the op's arguments (float eps) with fake tensors; the graph's
+    placeholders are the tensor arguments in order, its outputs the op's. This is what ``torch.library.triton_op``
+    does under functionalization, done here because the pass runs after AOTAutograd's functionalization."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    implementation = _IMPLEMENTATIONS[norm]
+
+    def fused(*tensors):
+        full = list(args)
+        for i, t in zip(positions, tensors):
+            full[i] = t
+        return implementation(*full, plan=plan)
+
+    tensors = [args[i] for i in positions]
+    fake_mode = torch._guards.detect_fake_mode(tensors)
+    with fake_mode:
+        # with Inductor's decompositions, as the rest of the graph (e.g. _to_copy has no lowering of its own)
+        gm = make_fx(dispatch_functionalize(fused, FunctionalTensorMode()), select_decomp_table(),
+                     tracing_mode="real")(*tensors)
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        raise RuntimeError("the traced launch holds tensor constants")
+    return gm

@@ -30,6 +30,7 @@ class Choice:
     fused: bool
     implementation: str  # "fused_triton" | "reference" | "unfused"
     reason: str
+    plan: Optional[tuple] = None  # the kernel plan (prologue, block config) measured fastest, for direct launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,29 +82,31 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
             return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
         return Choice(False, "unfused", reason)
     if config.policy == "always":
-        return Choice(True, "fused_triton", "policy=always")
+        try:
+            plan = _cached(site, config, "plan", _tune)["plan"]
+        except Exception as e:  # no plan tuned: the op tunes at run time
+            return Choice(True, "fused_triton", f"policy=always (tuning failed: {type(e).__name__}: {e})")
+        return Choice(True, "fused_triton", "policy=always", plan)
     return _measured_choice(site, config)
 
 
 def _static_reason(site: MatmulSite) -> Optional[str]:
-    return prenorm_matmul.unsupported_shape_reason(site.dtype, site.K, site.N, site.device)
+    return prenorm_matmul.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
 
 
-def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
-    key = _key(site)
+def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> dict:
+    """``measure(site)`` (GPU timings, a tuned plan), once per site key: from memory, the disk cache, or measured
+    now (and stored). The plan is stored as [prologue, config] in JSON and returned as a tuple."""
+    key = _key(site) + ("" if kind == "times" else "|" + kind)
     if key not in _MEMORY:
-        path = _cache_file(config)
         try:
-            _MEMORY.update(json.loads(path.read_text()))
+            _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
     if key not in _MEMORY:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
-        try:
-            with torch._subclasses.fake_tensor.unset_fake_temporarily():
-                _MEMORY[key] = _measure(site)
-        except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
-            return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            _MEMORY[key] = measure(site)
         try:
             path = _cache_file(config)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,48 +115,75 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
             tmp.replace(path)
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
-    t = _MEMORY[key]
+    entry = dict(_MEMORY[key])
+    if entry.get("plan") is not None:
+        entry["plan"] = tuple(entry["plan"])
+    return entry
+
+
+def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
+    try:
+        t = _cached(site, config, "times", _measure)
+    except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
+        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
     fused_ms, unfused_ms = t["fused_ms"], t["mm_ms"] + t["copy_ms"]
     detail = (f"measured fused {fused_ms:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
               f"(cuBLAS {t['mm_ms']:.4f} + copy of x {t['copy_ms']:.4f}) at M={site.M}")
     if fused_ms * config.min_speedup >= unfused_ms:
         return Choice(False, "unfused", detail)
-    if fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
+    if (config.launch == "op" and fused_ms < config.min_kernel_ms
+            and not torch._inductor.config.triton.cudagraphs):
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
-    return Choice(True, "fused_triton", detail)
+    return Choice(True, "fused_triton", detail, t.get("plan"))
+
+
+def _inputs(site: MatmulSite) -> dict:
+    """Random operands shaped like the site's. They look like real ones (γ near 1, W scaled by 1/√K): the H200's
+    clocks depend on the data the tensor cores see."""
+    dev, dt = site.device, site.dtype
+    w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
+    return dict(
+        x=torch.randn(site.M, site.K, device=dev, dtype=dt),
+        w=w.t().contiguous() if site.weight_kn else w,
+        g=(1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None,
+        beta=(0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None,
+        b=torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None,
+    )
+
+
+def _tune(site: MatmulSite, inputs: Optional[dict] = None) -> dict:
+    """{"plan": the fastest (prologue, block config) of the fused kernel for this site}."""
+    t = inputs or _inputs(site)
+    plan = prenorm_matmul.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, beta=t["beta"], center=site.norm == "ln",
+                                     w_kn=site.weight_kn)
+    return {"plan": list(plan)}
 
 
 def _measure(site: MatmulSite) -> dict:
-    """Median GPU times of the fused op and of the unfused lower bound, interleaved over three rounds.
+    """Median GPU times of the fused kernel (its tuned plan) and of the unfused lower bound, interleaved over
+    three rounds, and that plan.
 
     Timed by CUDA-graph replay: the pass runs inside Inductor's compile, where the Python dispatcher makes every
     eager call slow (measured: small fused launches looked 2.5x slower than they run), and graph replay takes
-    the host out of both sides alike. Inputs look like real ones (γ near 1): the H200's clocks depend on the data
-    the tensor cores see."""
+    the host out of both sides alike."""
     from triton.testing import do_bench_cudagraph
 
-    dev, dt = site.device, site.dtype
-    x = torch.randn(site.M, site.K, device=dev, dtype=dt)
-    w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
-    if site.weight_kn:
-        w = w.t().contiguous()
-    g = (1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None
-    beta = (0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None
-    b = torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None
+    t = _inputs(site)
+    x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
     y = torch.empty_like(x)
+    plan = tuple(_tune(site, t)["plan"])
 
     def bench(fn):
         return do_bench_cudagraph(fn, rep=30, return_mode="median")
 
     if site.norm == "ln":
         def fused():
-            return prenorm_matmul.layer_norm_matmul(x, g, beta, w, b, 1e-6, w_kn=site.weight_kn)
+            return prenorm_matmul.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
     else:
         def fused():
-            return prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, w_kn=site.weight_kn)
+            return prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
 
-    fused()  # autotune first, outside the timing
     w_mm = w if site.weight_kn else w.t()
     mm = (lambda: torch.addmm(b, x, w_mm)) if b is not None else (lambda: torch.mm(x, w_mm))
     times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
@@ -161,4 +191,4 @@ def _measure(site: MatmulSite) -> dict:
         times["fused_ms"].append(bench(fused))
         times["mm_ms"].append(bench(mm))
         times["copy_ms"].append(bench(lambda: y.copy_(x)))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}

@@ -281,18 +281,65 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
 
     graph = normed.graph
     stat_readers = _stat_readers(match, spec.stats)
-    op = spec.op if not isinstance(eps, Node) else spec.op_tensor_eps
-    for i, c in enumerate(consumers):
-        fused = insert_call(graph, op, spec.args(x, gamma, beta, c, eps), before=c.node)
-        c.node.replace_all_uses_with(getitem(graph, fused, 0))
+    launches = set()
+    for i, (c, choice) in enumerate(zip(consumers, choices)):
+        outputs, launch = insert_fused(spec, spec.args(x, gamma, beta, c, eps), choice, ctx.config, before=c.node)
+        launches.add(launch)
+        c.node.replace_all_uses_with(outputs[0])
         graph.erase_node(c.node)
         if i == 0:  # the backward reads the statistics: take them from the kernel, not a second reduction
             for index, readers in stat_readers.items():
-                stat = getitem(graph, fused, index)
                 for user, old in readers:
-                    user.replace_input_with(old, stat)
-    ctx.accept(site, choices[0].implementation,
+                    user.replace_input_with(old, outputs[index])
+    implementation = choices[0].implementation
+    if implementation == "fused_triton":
+        implementation += " (" + "; ".join(sorted(launches)) + ")"
+    ctx.accept(site, implementation,
                f"{len(consumers)} matmul(s) fused; " + "; ".join(sorted({ch.reason for ch in choices})))
+
+
+def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> tuple[list, str]:
+    """Insert the fused computation before ``before``: the op's outputs as nodes, and how it launches.
+
+    "direct launch": the kernels themselves (traced with the choice's plan, ops.trace_direct_launch), so Inductor
+    launches them from its generated code. Otherwise the custom op, which picks its kernel plan at run time: for
+    launch="op", sites the trace cannot take (dynamic M, eps as a graph tensor, no tuned plan, the reference op),
+    and when the trace fails (logged; the op computes the same)."""
+    from norm_fusion_inductor import ops
+
+    graph = before.graph
+    why_op = _direct_launch_rejection(args, choice, config)
+    if why_op is None:
+        values = tuple(a.meta["val"] if isinstance(a, Node) else a for a in args)
+        try:
+            traced = ops.trace_direct_launch(spec.norm, values, choice.plan)
+        except Exception as e:  # the op is always there to fall back on
+            why_op = f"direct launch failed to trace ({type(e).__name__}: {e})"
+        else:
+            tensor_args = [a for a in args if isinstance(a, Node)]
+            with graph.inserting_before(before):
+                outputs = graph.graph_copy(traced.graph, dict(zip(traced.graph.find_nodes(op="placeholder"),
+                                                                  tensor_args)))
+            return list(outputs), "direct launch"
+    op = spec.op if not isinstance(args[-2], Node) else spec.op_tensor_eps  # eps is the op's second-last arg
+    fused = insert_call(graph, op, args, before=before)
+    return [getitem(graph, fused, i) for i in range(len(fused.meta["val"]))], f"custom op: {why_op}"
+
+
+def _direct_launch_rejection(args: tuple, choice, config) -> Optional[str]:
+    if config.launch != "direct":
+        return "launch='op'"
+    if choice.implementation != "fused_triton" or choice.plan is None:
+        return "no tuned kernel plan"
+    if isinstance(args[-2], Node):
+        return "eps is a graph tensor"
+    x = args[0].meta["val"]
+    if any(isinstance(d, torch.SymInt) for d in x.shape):
+        return "dynamic shape"
+    for a in args:
+        if isinstance(a, Node) and (a.meta["val"].storage_offset() * a.meta["val"].element_size()) % 16:
+            return f"{a.name} starts at an offset that is not 16-byte aligned"
+    return None
 
 
 def _norm_rejection(match: pm.Match, x: Node, gamma, beta, normed: Node) -> Optional[str]:

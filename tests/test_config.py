@@ -27,9 +27,15 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 
 # --- configuration errors name the option ----------------------------------------------------------------------
 
-def test_layer_norm_family_is_opt_in_until_validated_on_gpu():
-    assert nfi.NormFusionConfig().fusions == ("rms_norm_matmul",)
-    assert "layer_norm_matmul" in nfi.FUSIONS
+def test_every_family_is_on_by_default_and_can_be_chosen():
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul")
+    assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
+
+
+def test_launch_option_is_checked():
+    assert nfi.NormFusionConfig().launch == "direct"
+    with pytest.raises(ValueError, match="'launch'"):
+        nfi.NormFusionConfig(launch="inline")
 
 
 def test_unknown_option_is_named():

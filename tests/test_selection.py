@@ -52,14 +52,31 @@ def test_measured_rule(measured):
     assert not selection.choose(other, config).fused
 
 
-def test_short_kernels_stay_unfused_unless_cudagraphs(measured):
+def test_short_kernels_through_the_op_stay_unfused_unless_cudagraphs(measured):
     numbers, _, config = measured
     numbers.update(fused_ms=0.047, mm_ms=0.034, copy_ms=0.033)
     small = selection.MatmulSite(**{**CUDA_SITE.__dict__, "M": 65536, "K": 512})
-    choice = selection.choose(small, config)
+    assert selection.choose(small, config).fused  # launched from Inductor's code: no host cost to fear
+    op_config = NormFusionConfig(launch="op", cache_dir=config.cache_dir)
+    choice = selection.choose(small, op_config)
     assert not choice.fused and "min_kernel_ms" in choice.reason
     with torch._inductor.config.patch({"triton.cudagraphs": True}):
-        assert selection.choose(small, config).fused
+        assert selection.choose(small, op_config).fused
+
+
+def test_plan_is_kept_with_the_choice(measured, monkeypatch):
+    numbers, calls, config = measured
+    plan = ["pre_pass", {"BLOCK_M": 128, "BLOCK_N": 256}]
+    numbers.update(fused_ms=0.3, mm_ms=0.2, copy_ms=0.3, plan=plan)
+    assert selection.choose(CUDA_SITE, config).plan == tuple(plan)
+    monkeypatch.setattr(selection, "_MEMORY", {})  # a new process: the plan comes back from disk as a tuple
+    assert selection.choose(CUDA_SITE, config).plan == tuple(plan) and len(calls) == 1
+    # policy "always" measures nothing but still tunes a plan once
+    tuned = []
+    monkeypatch.setattr(selection, "_tune", lambda site: tuned.append(site) or {"plan": plan})
+    always = NormFusionConfig(policy="always", cache_dir=config.cache_dir)
+    assert selection.choose(CUDA_SITE, always).plan == tuple(plan)
+    assert selection.choose(CUDA_SITE, always).plan == tuple(plan) and len(tuned) == 1
 
 
 def test_choices_are_cached_in_memory_and_on_disk(measured, monkeypatch):

@@ -1,0 +1,68 @@
+"""The direct-launch trace (what the pass inserts for a fused site so that Inductor launches the kernels itself),
+checked as a graph on the CPU with fake CUDA tensors. Running it needs a GPU: test_gpu.py."""
+
+import pytest
+import torch
+
+from norm_fusion_inductor import ops
+from norm_fusion_inductor.kernels import prenorm_matmul
+
+HOP = torch.ops.higher_order.triton_kernel_wrapper_functional
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(prenorm_matmul, "_num_sms", lambda index: 132)  # no GPU to ask
+    # conftest turns on the interpreter, whose kernels wrap_triton runs instead of tracing: trace compiled ones
+    from triton.runtime.jit import JITFunction
+
+    for name in ("_tile_coords", "prenorm_gemm_kernel", "row_stats_kernel"):
+        kernel = getattr(prenorm_matmul, name)
+        if not isinstance(kernel, JITFunction):
+            monkeypatch.setattr(prenorm_matmul, name, JITFunction(kernel.fn))
+    mode = torch._subclasses.FakeTensorMode()
+
+    def make(*shape):
+        with mode:
+            return torch.empty(*shape, device="cuda", dtype=torch.float16)
+
+    return make
+
+
+def _launches(gm):
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    return [(kernel_side_table.get_kernel(n.kwargs["kernel_idx"]).fn.__name__, n.kwargs["kwargs"])
+            for n in gm.graph.nodes if n.target is HOP]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
+    M, K, N = 300, 256, 512
+    x, g, w, b = fake_cuda(3, 100, K), fake_cuda(K), fake_cuda(N, K), fake_cuda(N)
+    cfg = prenorm_matmul._GPU_CONFIGS[2]
+    args = (x, g, w, b, 1e-5, False) if norm == "rms" else (x, g, g, w, b, 1e-5, False)
+    gm = ops.trace_direct_launch(norm, args, (prologue, cfg))
+    launches = _launches(gm)
+    names = [name for name, _ in launches]
+    assert names == (["prenorm_gemm_kernel"] if prologue == "in_loop" else ["row_stats_kernel", "prenorm_gemm_kernel"])
+    gemm = launches[-1][1]
+    assert gemm["ROW_STATS"] is (prologue == "in_loop") and gemm["ROW_SCALE"] is (prologue == "pre_pass")
+    assert gemm["CENTER"] is (norm == "ln") and gemm["M"] == M and gemm["BLOCK_N"] == cfg["BLOCK_N"]
+    # x is read by the kernels only (through views): nothing else touches the [M, K] activation
+    x_node = gm.graph.find_nodes(op="placeholder")[0]
+    readers, stack = set(), [x_node]
+    while stack:
+        for user in stack.pop().users:
+            if user.target is torch.ops.aten.view.default:
+                stack.append(user)
+            else:
+                readers.add(user.target)
+    assert readers == {HOP}
+    targets = {n.target for n in gm.graph.nodes}
+    assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
+    outputs = gm.graph.find_nodes(op="output")[0].args[0]
+    shapes = [tuple(o.meta["val"].shape) for o in outputs]
+    assert shapes == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)

@@ -13,6 +13,7 @@ from typing import Optional
 log = logging.getLogger("norm_fusion_inductor")
 
 _HISTORY: list["SiteRecord"] = []
+KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul"}
 _MAX_HISTORY = 10_000  # older records are dropped
 
 
@@ -27,6 +28,11 @@ class SiteRecord:
     shape: Optional[tuple] = None  # (M, K, N) of the matmul, when one was found
     dtype: Optional[str] = None
     implementation: Optional[str] = None  # "fused_triton", "reference", or "unfused"
+
+    @property
+    def kind(self) -> str:
+        """What sort of site, for people: position of the norm, which norm, what it is fused with."""
+        return KINDS.get(self.fusion, self.fusion)
 
     def line(self) -> str:
         shape = "x".join(str(s) for s in self.shape) if self.shape else "-"

@@ -109,6 +109,7 @@ class MatmulConsumer:
     weight: Node  # W [N, K], or [K, N] with weight_kn
     bias: Optional[Node]
     weight_kn: bool = False
+    scale: float = 1.0  # the normalized tensor was multiplied by this scalar on its way (folded into γ, β)
 
     @property
     def n(self):
@@ -150,15 +151,33 @@ def as_matmul_consumer(node: Node, a_operand: Node) -> Optional[MatmulConsumer]:
     return consumer
 
 
-def flattened_users(normed: Node) -> Iterable[tuple[Node, Node]]:
-    """(user, operand) pairs: users of ``normed`` and of its [M, K] flattening views (3-D inputs)."""
+def flattened_users(normed: Node) -> Iterable[tuple[Node, Node, float]]:
+    """(user, operand, scale) triples: users of ``normed``, of its [M, K] flattening views (3-D inputs), and of
+    its product with a Python scalar (T5 scales its final norm by d_model^-0.5 before the tied lm_head), with
+    that scalar."""
     K = normed.meta["val"].shape[-1]
     for user in normed.users:
-        if user.target in VIEW_OPS and _is_row_flatten(user, K):
+        scale = _scalar_factor(user, normed)
+        if scale is not None:
+            for inner, operand, inner_scale in flattened_users(user):
+                yield inner, operand, scale * inner_scale
+        elif user.target in VIEW_OPS and _is_row_flatten(user, K):
             for inner in user.users:
-                yield inner, user
+                yield inner, user, 1.0
         else:
-            yield user, normed
+            yield user, normed, 1.0
+
+
+def _scalar_factor(node: Node, operand: Node) -> Optional[float]:
+    """c when ``node`` is ``operand * c`` for a Python number c (shape and dtype unchanged), else None."""
+    if node.target not in (aten.mul.Tensor, aten.mul.Scalar) or len(node.args) != 2:
+        return None
+    a, b = node.args
+    c = b if a is operand else a if b is operand else None
+    if isinstance(c, bool) or not isinstance(c, (int, float)):
+        return None
+    same = node.meta["val"].shape == operand.meta["val"].shape and node.meta["val"].dtype == operand.meta["val"].dtype
+    return float(c) if same else None
 
 
 def _is_row_flatten(view: Node, K) -> bool:
@@ -186,15 +205,17 @@ def backward_only_nodes(graph: Graph) -> set:
     return backward
 
 
-def insert_call(graph: Graph, target, args: tuple, before: Node) -> Node:
-    """Insert ``target(*args)`` before ``before`` and give it a fake value, as Inductor's passes expect."""
+def insert_call(graph: Graph, target, args: tuple, before: Node, kwargs: Optional[dict] = None) -> Node:
+    """Insert ``target(*args, **kwargs)`` before ``before`` and give it a fake value, as Inductor's passes
+    expect."""
+    kwargs = kwargs or {}
     with graph.inserting_before(before):
-        node = graph.call_function(target, args)
-    vals = [a.meta["val"] for a in args if isinstance(a, Node)]
+        node = graph.call_function(target, args, kwargs)
+    vals = [a.meta["val"] for a in args if isinstance(a, Node)] or [before.meta["val"]]
     fake_mode = torch._guards.detect_fake_mode(vals)
     fake_args = tuple(a.meta["val"] if isinstance(a, Node) else a for a in args)
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        node.meta["val"] = target(*fake_args)
+        node.meta["val"] = target(*fake_args, **kwargs)
     return node
 
 
@@ -229,8 +250,22 @@ class NormSpec:
     stats: dict  # graph node target → index of the op's output that replaces it for its other readers
 
     def args(self, x, gamma, beta, consumer, eps) -> tuple:
+        if consumer.scale != 1.0:  # c · (x̂ γ + β) = x̂ (c γ) + c β
+            gamma = _scaled(gamma, consumer.scale, x, before=consumer.node)
+            beta = _scaled(beta, consumer.scale, x, before=consumer.node) if beta is not None else None
         norm_params = (gamma,) if self.norm == "rms" else (gamma, beta)
         return (x, *norm_params, consumer.weight, consumer.bias, eps, consumer.weight_kn)
+
+
+def _scaled(param: Optional[Node], scale: float, x: Node, before: Node) -> Node:
+    """c · param in fp32 (the kernel takes an fp32 γ with 16-bit x), or a vector of c for a norm without it."""
+    graph = before.graph
+    if param is None:
+        K = x.meta["val"].shape[-1]
+        return insert_call(graph, aten.full.default, ([K], scale), before,
+                           kwargs=dict(dtype=torch.float32, device=x.meta["val"].device))
+    as_fp32 = insert_call(graph, torch.ops.prims.convert_element_type.default, (param, torch.float32), before)
+    return insert_call(graph, aten.mul.Tensor, (as_fp32, scale), before)
 
 
 def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -> None:
@@ -243,14 +278,17 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
 
     normed = match.output_node()
     x, gamma, beta = match.kwargs["x"], match.kwargs.get("weight"), match.kwargs.get("bias")
+    if any(p is not None and not isinstance(p, Node) for p in (gamma, beta)):
+        return  # a weighted form matched a norm times a constant: the weightless form takes this site
     eps = _eps(match)
     site = ctx.site(spec.fusion, pattern_name, normed)
 
     reason = _norm_rejection(match, x, gamma, beta, normed)
     consumers, others, other_matmuls = [], [], []
-    for user, operand in flattened_users(normed):
+    for user, operand, scale in flattened_users(normed):
         consumer = as_matmul_consumer(user, operand)
         if consumer is not None:
+            consumer.scale = scale
             consumers.append(consumer)
         elif user not in ctx.backward:
             others.append(user)

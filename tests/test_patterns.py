@@ -159,6 +159,29 @@ def test_matmul_with_transposed_weight(train):
     assert _forward_graph(post).count(FUSED_OP) == 1
 
 
+class ScaledNormLinear(nn.Module):
+    """T5's decoder end: the final norm times d_model^-0.5, then the (tied) lm_head."""
+
+    def __init__(self, norm, scale):
+        super().__init__()
+        self.norm, self.scale = norm, scale
+        self.head = nn.Linear(32, 24, bias=False)
+
+    def forward(self, x):
+        return self.head(self.norm(x) * self.scale)
+
+
+@pytest.mark.parametrize("form", ["t5", "nn_layernorm", "nn_rmsnorm_no_affine"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_scalar_scale_between_norm_and_matmul_is_folded(form, dtype, train):
+    model = _init(ScaledNormLinear(FORMS[form](32), 32**-0.5)).to(dtype)
+    sites, _, post = run(model, torch.randn(2, 5, 32, dtype=dtype) + 0.5, train=train)
+    assert [s.rewritten for s in sites] == [True], [s.line() for s in sites]
+    fwd = _forward_graph(post)
+    assert fwd.count(FUSED_OP) == 1 and "aten.mm" not in fwd, fwd
+
+
 def test_training_with_input_not_requiring_grad_and_inference_mode():
     model = _init(nn.Sequential(nn.RMSNorm(32), nn.Linear(32, 16)))
     x = torch.randn(3, 4, 32)

@@ -1,0 +1,102 @@
+"""Tiny HuggingFace ``transformers`` models by family name — random weights from a small config, nothing
+downloaded — with example inputs. Used by ``python -m norm_fusion_inductor explain``, the examples and the
+coverage tests. Needs ``transformers`` (in the test extras).
+
+Each family is the library's own model class, unmodified: what the plugin must match is the graph that real
+model code produces.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+VOCAB = 128
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - a clear message instead of a bare ImportError
+        raise ImportError("tiny HuggingFace models need `pip install transformers`") from e
+    return transformers
+
+
+def _llama(t, hidden, layers):
+    return t.LlamaForCausalLM, t.LlamaConfig, dict(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _gemma(t, hidden, layers):
+    return t.GemmaForCausalLM, t.GemmaConfig, dict(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=hidden // 4, max_position_embeddings=64)
+
+
+def _t5(t, hidden, layers):
+    return t.T5ForConditionalGeneration, t.T5Config, dict(
+        vocab_size=VOCAB, d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=layers, num_heads=4,
+        dropout_rate=0.0)
+
+
+def _gpt2(t, hidden, layers):
+    return t.GPT2LMHeadModel, t.GPT2Config, dict(
+        vocab_size=VOCAB, n_embd=hidden, n_layer=layers, n_head=4, n_positions=64, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+
+
+def _bert(t, hidden, layers):
+    return t.BertForMaskedLM, t.BertConfig, dict(
+        vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+        intermediate_size=2 * hidden, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+
+
+def _vit(t, hidden, layers):
+    return t.ViTForImageClassification, t.ViTConfig, dict(
+        image_size=32, patch_size=8, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+        intermediate_size=2 * hidden, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "t5": _t5, "gpt2": _gpt2, "bert": _bert,
+                                 "vit": _vit}
+
+
+def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:
+    """A randomly initialised ``transformers`` model of ``family`` (one of ``FAMILIES``), in eval mode.
+    ``config`` overrides entries of the small config (e.g. ``intermediate_size``, ``max_position_embeddings``)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
+    model_class, config_class, defaults = FAMILIES[family](_transformers(), hidden, layers)
+    return model_class(config_class(**{**defaults, **config})).eval()
+
+
+def model_from_config(name_or_path: str) -> torch.nn.Module:
+    """Any ``transformers`` config (a local path, or a hub id already in the local cache), random weights."""
+    t = _transformers()
+    config = t.AutoConfig.from_pretrained(name_or_path)
+    for auto in (t.AutoModelForCausalLM, t.AutoModelForSeq2SeqLM, t.AutoModel):
+        try:
+            return auto.from_config(config).eval()
+        except ValueError:  # this config has no model of that kind
+            continue
+    raise ValueError(f"no transformers model class for config {name_or_path!r}")
+
+
+def example_inputs(model: torch.nn.Module, batch: int = 2, seq: int = 12, seed: int = 1) -> dict:
+    """Keyword inputs for ``model(**inputs)``: token ids (decoder ids too for encoder-decoders) or images."""
+    t = _transformers()
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    config = model.config
+    if getattr(config, "model_type", "") == "vit":
+        size = config.image_size
+        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        images = torch.randn(batch, config.num_channels, size, size, generator=generator)
+        return {"pixel_values": images.to(device, dtype)}
+    ids = torch.randint(0, min(config.vocab_size, VOCAB), (batch, seq), generator=generator).to(device)
+    if isinstance(model, t.PreTrainedModel) and config.is_encoder_decoder:
+        return {"input_ids": ids, "decoder_input_ids": ids.flip(1)}
+    return {"input_ids": ids}

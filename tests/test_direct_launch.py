@@ -1,5 +1,6 @@
-"""The direct-launch trace (what the pass inserts for a fused site so that Inductor launches the kernels itself),
-checked as a graph on the CPU with fake CUDA tensors. Running it needs a GPU: test_gpu.py."""
+"""The direct launch (what the pass inserts for a fused site so that Inductor launches the kernels itself): the
+traced graph, checked on the CPU with fake CUDA tensors, and the fallback to the custom op when the direct
+launch cannot serve a site. Running the kernels needs a GPU: test_gpu.py."""
 
 import pytest
 import torch
@@ -66,3 +67,60 @@ def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
     outputs = gm.graph.find_nodes(op="output")[0].args[0]
     shapes = [tuple(o.meta["val"].shape) for o in outputs]
     assert shapes == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)
+
+
+def test_failed_trace_falls_back_to_the_op_with_the_reason(monkeypatch):
+    """Never wrong: a site whose direct launch cannot be traced still runs, through the custom op, and says why."""
+    import torch.nn as nn
+
+    import norm_fusion_inductor as nfi
+    from norm_fusion_inductor import selection
+
+    from .helpers import LlamaRMSNorm, rel_err
+
+    def choose(site, config):
+        return selection.Choice(True, "fused_triton", "test", plan=("in_loop", prenorm_matmul._INTERPRETER_CONFIG))
+
+    def broken_trace(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(selection, "choose", choose)
+    monkeypatch.setattr(ops, "trace_direct_launch", broken_trace)
+    torch.manual_seed(0)
+    model = nn.Sequential(LlamaRMSNorm(32), nn.Linear(32, 16))
+    x = torch.randn(4, 32)
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    out = torch.compile(model, backend="norm_fusion")(x)
+    assert rel_err(out, model(x)) < 1e-5
+    [site] = nfi.reports()
+    assert site.rewritten
+    assert site.implementation == "fused_triton (custom op: direct launch failed to trace (RuntimeError: boom))"
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("launch", ["direct", "op"])
+def test_direct_launch_rejection_reasons(launch):
+    from norm_fusion_inductor import selection
+    from norm_fusion_inductor.config import NormFusionConfig
+    from norm_fusion_inductor.patterns.common import _direct_launch_rejection
+
+    graph = torch.fx.Graph()
+    x, w, eps_node = (graph.placeholder(n) for n in ("x", "w", "eps"))
+    x.meta["val"], w.meta["val"] = torch.empty(8, 16), torch.empty(4, 16)
+    eps_node.meta["val"] = torch.empty(())
+    config = NormFusionConfig(launch=launch)
+    plan = ("in_loop", {})
+    fused = selection.Choice(True, "fused_triton", "", plan)
+    reason = _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)
+    if launch == "op":
+        assert reason == "launch='op'"
+        return
+    assert reason is None
+    assert _direct_launch_rejection((x, None, w, None, 1e-6, False), selection.Choice(True, "fused_triton", ""),
+                                    config) == "no tuned kernel plan"
+    assert _direct_launch_rejection((x, None, w, None, eps_node, False), fused, config) == "eps is a graph tensor"
+    x.meta["val"] = torch.empty(10, 16)[1:9]  # starts 64 bytes in: aligned
+    assert _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config) is None
+    x.meta["val"] = torch.empty(9, 17).view(-1)[1:129].view(8, 16)  # starts 4 bytes in
+    assert "16-byte aligned" in _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)

@@ -1,5 +1,7 @@
 """GPU tests: the compiled Triton kernel and the plugin end to end on CUDA. Skipped without CUDA."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -213,4 +215,26 @@ def test_direct_launch_end_to_end(norm, mode, train):
         assert rel_err(x.grad, x64.grad) < 2e-2
         for p, p64 in zip(m.parameters(), m64.parameters()):
             assert rel_err(p.grad, p64.grad) < 2e-2
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("norm", ["rms_weightless", "ln"])
+def test_scaled_norm_folded_into_gamma_on_gpu(norm):
+    """T5's final norm × d_model^-0.5 → lm_head: the scale becomes an fp32 γ the kernel takes with bf16 x."""
+    torch.manual_seed(0)
+    d = 512
+    norm_module = LlamaRMSNorm(d, weight=False) if norm == "rms_weightless" else nn.LayerNorm(d)
+    m = nn.Sequential(norm_module, nn.Linear(d, 384, bias=False)).cuda()
+    m64 = copy.deepcopy(m).double()
+    m = m.bfloat16()
+    x = torch.randn(4096, d, device="cuda").bfloat16()
+
+    def fn(module, x):
+        return module[1](module[0](x) * d**-0.5)
+
+    nfi.clear_reports()
+    out = torch.compile(lambda x: fn(m, x), backend="norm_fusion",
+                        options={"norm_fusion": {"policy": "always"}})(x)
+    assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
+    assert rel_err(out, fn(m64, x.double())) < 1e-2
     torch._dynamo.reset()

@@ -300,7 +300,8 @@ def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None
     elif prologue == "pre_pass":
         _row_stats(x, rstd, mean, eps)
         w_eff = _fold(w, gamma, k_dim)  # γ folded into the weight: A goes straight to the wgmma
-        u = w_eff.float().sum(k_dim) if center else None  # from the rounded W·γ the GEMM uses
+        # column sums of the rounded W·γ the GEMM uses, accumulated in fp32 without an fp32 copy of W
+        u = w_eff.sum(k_dim, dtype=torch.float32) if center else None
         _launch(x, w_eff, out, None, bias, rstd, eps, cfg, row_scale=True, mean=mean, u=u, w_kn=w_kn)
     else:  # "plain": the bare GEMM (x·γ folded the same way), to measure what the prologues cost
         _launch(x, _fold(w, gamma, k_dim), out, None, bias, None, eps, cfg, w_kn=w_kn)

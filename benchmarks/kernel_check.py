@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from tests.helpers import ln_linear_reference64, rel_err, rms_linear_reference64  # noqa: E402
 
-from norm_fusion_inductor.kernels import prenorm_matmul as kern  # noqa: E402
+from norm_fusion_inductor.kernels import norm_gemm as kern  # noqa: E402
 
 
 def main():

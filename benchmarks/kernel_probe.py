@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from norm_fusion_inductor.kernels import prenorm_matmul as kern
+from norm_fusion_inductor.kernels import norm_gemm as kern
 
 EPS = 1e-6
 SHAPES = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]

@@ -41,7 +41,7 @@ def main():
     # the binaries Inductor launched, next to the ones Triton's own JIT built for the same kernel
     from torch._inductor.codecache import PyCodeCache
 
-    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+    from norm_fusion_inductor.kernels import norm_gemm as kern
 
     def describe(b):
         md = b.metadata
@@ -49,7 +49,7 @@ def main():
                 f"regs {getattr(b, 'n_regs', '?')} spills {getattr(b, 'n_spills', '?')}")
 
     for mod in list(PyCodeCache.modules):
-        k = getattr(mod, "prenorm_gemm_kernel_0", None)
+        k = getattr(mod, "norm_gemm_kernel_0", None)
         for launcher in getattr(k, "launchers", []):
             print("inductor launcher config:", getattr(launcher, "config", "?"))
         for result in getattr(k, "compile_results", []):
@@ -69,7 +69,7 @@ def main():
                                                    return_mode="median"))
     print("jit, tuned now", kern.tuned_plan(x, w, g, None, 1e-6),
           do_bench_cudagraph(lambda: kern.rms_norm_matmul(x, g, w, None, 1e-6), return_mode="median"))
-    for cache in kern.prenorm_gemm_kernel.device_caches.values():
+    for cache in kern.norm_gemm_kernel.device_caches.values():
         for binary in cache[0].values():
             print("jit:", describe(binary))
 

@@ -50,7 +50,7 @@ def norm_then_linear(x, g, w):
 
 
 def fused(x, g, w, plan=None):
-    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+    from norm_fusion_inductor.kernels import norm_gemm as kern
 
     if NORM == "ln":
         return kern.layer_norm_matmul(x, g, 0.5 * g, w, None, EPS, plan=plan)[0]
@@ -58,7 +58,7 @@ def fused(x, g, w, plan=None):
 
 
 def tuned(x, g, w, prologues):
-    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+    from norm_fusion_inductor.kernels import norm_gemm as kern
 
     if NORM == "ln":
         return kern.tuned_plan(x, w, g, None, EPS, prologues=prologues, beta=0.5 * g, center=True)
@@ -82,7 +82,7 @@ def bench_round_robin(fns: dict, rounds: int = 2, cudagraph: bool = False) -> di
 
 def run_shape(M, K, N, dtype, args) -> dict:
     import norm_fusion_inductor as nfi
-    from norm_fusion_inductor.kernels import prenorm_matmul as kern
+    from norm_fusion_inductor.kernels import norm_gemm as kern
 
     torch._dynamo.reset()
     dev = "cuda"

@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench, do_bench_cudagraph
 
 import norm_fusion_inductor as nfi
-from norm_fusion_inductor.kernels import prenorm_matmul as kern
+from norm_fusion_inductor.kernels import norm_gemm as kern
 
 EPS = 1e-6
 

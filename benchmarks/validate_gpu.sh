@@ -3,6 +3,7 @@
 #   bash benchmarks/validate_gpu.sh checks   # every kernel config vs float64, GPU tests, quickstart   (~5 min)
 #   bash benchmarks/validate_gpu.sh sweep    # the RMS sweep, lean, with the recompiled-default control (~7 min)
 #   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
+#   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -15,7 +16,7 @@ checks)
     # a line per (variant, config); flag errors above bf16 rounding
     awk '{split($0,a,"out "); split(a[2],b," "); if (b[1]+0 > 0.01 || $0 ~ /Error/) print "BAD", $0}' \
         "$OUT/kernel_check.log" | cut -c1-200
-    python3 -m pytest tests/test_gpu.py -q -p no:warnings --show-capture=no --tb=line 2>&1 | tail -8 \
+    python3 -m pytest tests/test_gpu.py tests/test_gpu_post_norm.py -q -p no:warnings --show-capture=no --tb=line 2>&1 | tail -8 \
         | tee "$OUT/gpu_tests.log"
     python3 examples/quickstart.py 2>&1 | tail -4 | cut -c1-300 | tee "$OUT/quickstart.log"
     ;;
@@ -27,5 +28,9 @@ ln)
     python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --json "$OUT/prenorm_ln.json" \
         --shapes $(python3 -c "from benchmarks.prenorm import SWEEP; print(' '.join('%dx%dx%d' % s for s in SWEEP))") \
         2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+    ;;
+post)
+    python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \
+        --json "$OUT/postnorm_${2:-ln}.json" 2>&1 | grep "^|\|median\|worst" | tee "$OUT/postnorm_${2:-ln}.log"
     ;;
 esac

@@ -9,6 +9,13 @@ formula, a reference implementation in plain torch ops (CPU, unsupported layouts
     out = layernorm(x; norm_weight, norm_bias) @ weightᵀ + bias, flattened to [M, N]; mean and rstd in fp32,
     shaped x.shape[:-1] + (1,).
 
+``torch.ops.norm_fusion.linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, layer_norm,
+weight_kn, write_z, residual_out) -> (y, z, mean, rstd)``
+    z = x @ weightᵀ + bias + residual, y = RMSNorm(z) or (``layer_norm``) LayerNorm(z) with the norm's weight and
+    bias (+ residual_out, added after the norm), all [M, N] (x flattened, residuals [M, N]); z is returned when
+    ``write_z`` (else an empty tensor), mean (LayerNorm, else empty) and rstd [M] in fp32. The post-norm: the norm
+    as the GEMM's epilogue.
+
 Each op also exists as ``*_tensor_eps`` taking eps as a 0-d tensor: torch.compile(dynamic=True) turns a model's
 float eps into a graph input of that kind (a CPU scalar, so reading it costs no device sync).
 
@@ -26,7 +33,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .kernels import prenorm_matmul
+from .kernels import norm_gemm
 from .report import log
 
 
@@ -35,7 +42,7 @@ def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool, cen
     NORM_FUSION_INTERPRET=1 (tests), since the interpreter is far slower than the reference."""
     if x2d.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
         return "CPU: reference implementation"
-    return prenorm_matmul.supports(x2d, weight, weight_kn, center)
+    return norm_gemm.supports(x2d, weight, weight_kn, center)
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,7 +87,7 @@ def _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn, plan=None):
     x2d = x.reshape(-1, x.shape[-1])
     reason = None if plan is not None else _kernel_unsupported_reason(x2d, weight, weight_kn, center=False)
     if reason is None:
-        out, rstd = prenorm_matmul.rms_norm_matmul(x2d, norm_weight, weight, bias, eps, plan=plan, w_kn=weight_kn)
+        out, rstd = norm_gemm.rms_norm_matmul(x2d, norm_weight, weight, bias, eps, plan=plan, w_kn=weight_kn)
     else:
         if x.is_cuda:
             _warn_once(reason)
@@ -122,7 +129,12 @@ def _rms_backward(ctx, grad_out, _grad_rstd):
     x, norm_weight, weight, rstd = ctx.saved_tensors
     acc = _stats_dtype(x)
     x_hat = x.reshape(-1, x.shape[-1]).to(acc) * rstd.reshape(-1, 1).to(acc)
-    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, None, weight, (1, None, 2, 3))
+    fused = _fused_norm_backward(ctx, grad_out, x, norm_weight, weight, None, rstd)
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, None, weight, (1, None, 2, 3),
+                                    norm_grads=fused is None)
+    if fused is not None:
+        grad_x, grads["norm_weight"], _ = fused
+        return grad_x, grads["norm_weight"], grads["weight"], grads["bias"], None, None
     grad_normed = grads.pop("grad_normed")
     grad_x = None
     if ctx.needs_input_grad[0]:
@@ -131,9 +143,32 @@ def _rms_backward(ctx, grad_out, _grad_rstd):
     return grad_x, grads["norm_weight"], grads["weight"], grads["bias"], None, None
 
 
-def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, indices):
+def _fused_norm_backward(ctx, grad_out, x, gamma, weight, mean, rstd):
+    """(dx, dγ, dβ) from the dgrad kernel with the norm's backward in its epilogue (norm_gemm.norm_backward_dgrad),
+    or None where it does not run: it is opt-in (NORM_FUSION_FUSED_BACKWARD=1) until measured on the GPU, and
+    needs the kernel's operands. dγ/dβ come back in the parameters' dtypes; dβ is None for RMSNorm."""
+    if os.environ.get("NORM_FUSION_FUSED_BACKWARD", "0") != "1":
+        return None
+    x2d = x.reshape(-1, x.shape[-1])
+    dy = grad_out.reshape(x2d.shape[0], -1)
+    if (dy.dtype != x.dtype or not dy.is_contiguous() or not x2d.is_contiguous()
+            or _kernel_unsupported_reason(x2d, weight, ctx.weight_kn, center=mean is not None) is not None
+            or norm_gemm.post_norm_unsupported_reason(x.dtype, dy.shape[1], x2d.shape[1], x2d.shape[0],
+                                                      x.device) is not None):
+        return None
+    dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(
+        dy, weight, x2d, rstd.reshape(-1).float().contiguous(),
+        mean.reshape(-1).float().contiguous() if mean is not None else None,
+        gamma.contiguous() if gamma is not None else None, layer_norm=mean is not None, w_kn=ctx.weight_kn)
+    d_gamma = d_gamma.to(gamma.dtype) if gamma is not None else None
+    d_beta = d_beta.to(gamma.dtype if gamma is not None else x.dtype) if d_beta is not None else None
+    return dx.reshape(x.shape), d_gamma, d_beta
+
+
+def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, indices, norm_grads=True):
     """Gradients of out = (x̂·γ + β) Wᵀ + b for the linear and the affine part; ``grad_normed`` is dL/dx̂.
-    ``indices`` are the input positions of (γ, β, W, b) in the op, for needs_input_grad."""
+    ``indices`` are the input positions of (γ, β, W, b) in the op, for needs_input_grad. ``norm_grads=False``:
+    only the linear's (the fused kernel computes the rest)."""
     i_gamma, i_beta, i_weight, i_bias = indices
     acc = x_hat.dtype
     normed = x_hat * gamma.to(acc) if gamma is not None else x_hat
@@ -141,8 +176,12 @@ def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, 
         normed = normed + beta.to(acc)
     weight_nk = _as_nk(weight, ctx.weight_kn)
     grad_out = grad_out.reshape(-1, weight_nk.shape[0])
-    grad_n = torch.mm(grad_out, weight_nk).to(acc)
     need = ctx.needs_input_grad
+    if not norm_grads:
+        grad_weight = torch.mm(grad_out.t(), normed.to(x_dtype)) if need[i_weight] else None
+        return {"weight": grad_weight.t() if grad_weight is not None and ctx.weight_kn else grad_weight,
+                "bias": grad_out.to(acc).sum(0).to(weight.dtype) if ctx.has_bias and need[i_bias] else None}
+    grad_n = torch.mm(grad_out, weight_nk).to(acc)
     grad_weight = None
     if need[i_weight]:
         grad_weight = torch.mm(grad_out.t(), normed.to(x_dtype))  # [N, K]
@@ -184,7 +223,7 @@ def _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn, 
     x2d = x.reshape(-1, x.shape[-1])
     reason = None if plan is not None else _kernel_unsupported_reason(x2d, weight, weight_kn, center=True)
     if reason is None:
-        out, mean, rstd = prenorm_matmul.layer_norm_matmul(x2d, norm_weight, norm_bias, weight, bias, eps,
+        out, mean, rstd = norm_gemm.layer_norm_matmul(x2d, norm_weight, norm_bias, weight, bias, eps,
                                                            plan=plan, w_kn=weight_kn)
     else:
         if x.is_cuda:
@@ -230,7 +269,13 @@ def _ln_backward(ctx, grad_out, _grad_mean, _grad_rstd):
     acc = _stats_dtype(x)
     rstd2d = rstd.reshape(-1, 1).to(acc)
     x_hat = (x.reshape(-1, x.shape[-1]).to(acc) - mean.reshape(-1, 1).to(acc)) * rstd2d
-    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, norm_bias, weight, (1, 2, 3, 4))
+    fused = _fused_norm_backward(ctx, grad_out, x, norm_weight, weight, mean, rstd)
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, norm_bias, weight, (1, 2, 3, 4),
+                                    norm_grads=fused is None)
+    if fused is not None:
+        grad_x, grad_gamma, grad_beta = fused
+        return (grad_x, grad_gamma, grad_beta if norm_bias is not None else None, grads["weight"], grads["bias"],
+                None, None)
     g = grads.pop("grad_normed")
     grad_x = None
     if ctx.needs_input_grad[0]:
@@ -243,9 +288,133 @@ layer_norm_linear.register_autograd(_ln_backward, setup_context=_ln_setup_contex
 layer_norm_linear_tensor_eps.register_autograd(_ln_backward, setup_context=_ln_setup_context)
 
 
+# --- linear → norm (post-norm) ---------------------------------------------------------------------------------
+
+def linear_post_norm_reference(x, weight, bias, residual, norm_weight, norm_bias, eps, layer_norm, weight_kn=False,
+                               residual_out=None):
+    """The unfused computation in torch ops, with the kernel's rounding: z in fp32 for the statistics and y,
+    z returned rounded to x's dtype. Returns (y, z, mean or None, rstd), 2-D [M, N] and [M]."""
+    acc = _stats_dtype(x)
+    x2d = x.reshape(-1, x.shape[-1])
+    z = torch.mm(x2d, _as_nk(weight, weight_kn).t()).to(acc)
+    for t in (bias, residual):
+        if t is not None:
+            z = z + t.to(acc)
+    if layer_norm:
+        var, mean = torch.var_mean(z, -1, correction=0)
+        rstd = torch.rsqrt(var + eps)
+        y = (z - mean[:, None]) * rstd[:, None]
+    else:
+        mean, rstd = None, torch.rsqrt(z.pow(2).mean(-1) + eps)
+        y = z * rstd[:, None]
+    if norm_weight is not None:
+        y = y * norm_weight.to(acc)
+    if norm_bias is not None:
+        y = y + norm_bias.to(acc)
+    if residual_out is not None:
+        y = y + residual_out.reshape(y.shape).to(acc)
+    stats = (mean.float() if mean is not None else None, rstd.float())
+    return (y.to(x.dtype), z.to(x.dtype), *stats)
+
+
+def _kernel_post_unsupported_reason(x2d, weight, weight_kn, residual, M, N) -> Optional[str]:
+    reason = _kernel_unsupported_reason(x2d, weight, weight_kn, center=False)
+    if reason is None:
+        reason = norm_gemm.post_norm_unsupported_reason(x2d.dtype, x2d.shape[1], N, M, x2d.device)
+    if reason is None and residual is not None and (not residual.is_contiguous() or residual.dtype != x2d.dtype):
+        reason = "residual is not contiguous or not in the input's dtype"
+    return reason
+
+
+def _linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, layer_norm, weight_kn, write_z,
+                      residual_out=None, plan=None):
+    x2d = x.reshape(-1, x.shape[-1])
+    N = weight.shape[1 if weight_kn else 0]
+    residual, residual_out = (r.reshape(-1, N) if r is not None else None for r in (residual, residual_out))
+    reason = None
+    if plan is None:
+        reason = (_kernel_post_unsupported_reason(x2d, weight, weight_kn, residual, x2d.shape[0], N)
+                  or _kernel_post_unsupported_reason(x2d, weight, weight_kn, residual_out, x2d.shape[0], N))
+    if reason is None:
+        y, z, mean, rstd = norm_gemm.matmul_norm(x2d, weight, bias, residual, norm_weight, norm_bias, eps,
+                                                 layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=weight_kn,
+                                                 residual_out=residual_out)
+    else:
+        if x.is_cuda:
+            _warn_once(reason)
+        y, z, mean, rstd = linear_post_norm_reference(x2d, weight, bias, residual, norm_weight, norm_bias, eps,
+                                                      layer_norm, weight_kn, residual_out)
+    return (y, z if write_z else x.new_empty(0), mean if layer_norm else x.new_empty(0, dtype=torch.float32), rstd)
+
+
+@torch.library.custom_op("norm_fusion::linear_post_norm", mutates_args=())
+def linear_post_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor],
+                     norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], eps: float, layer_norm: bool,
+                     weight_kn: bool = False, write_z: bool = False, residual_out: Optional[Tensor] = None
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, layer_norm, weight_kn,
+                             write_z, residual_out)
+
+
+@torch.library.custom_op("norm_fusion::linear_post_norm_tensor_eps", mutates_args=())
+def linear_post_norm_tensor_eps(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor],
+                                norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], eps: Tensor,
+                                layer_norm: bool, weight_kn: bool = False, write_z: bool = False,
+                                residual_out: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps.item(), layer_norm, weight_kn,
+                             write_z, residual_out)
+
+
+@linear_post_norm.register_fake
+@linear_post_norm_tensor_eps.register_fake
+def _(x, weight, bias, residual, norm_weight, norm_bias, eps, layer_norm, weight_kn=False, write_z=False,
+      residual_out=None):
+    M, N = math.prod(x.shape[:-1]), weight.shape[1 if weight_kn else 0]
+    return (x.new_empty(M, N), x.new_empty(M, N) if write_z else x.new_empty(0),
+            x.new_empty(M if layer_norm else 0, dtype=torch.float32), x.new_empty(M, dtype=torch.float32))
+
+
+_POST_TENSORS = (0, 1, 2, 3, 4, 5, 10)  # positions of the op's tensor arguments
+
+
+def _post_setup_context(ctx, inputs, output):
+    inputs = list(inputs) + [None] * (11 - len(inputs))
+    ctx.save_for_backward(*(inputs[i] for i in _POST_TENSORS))
+    ctx.eps, ctx.layer_norm, ctx.weight_kn = inputs[6], inputs[7], inputs[8]
+    ctx.mark_non_differentiable(*output[2:])
+
+
+def _post_backward(ctx, grad_y, grad_z, _grad_mean, _grad_rstd):
+    """Differentiates the reference computation, recomputed from the saved inputs (the fused backward is the
+    subject of issue 5; compiled graphs keep Inductor's own backward and never call this)."""
+    inputs = ctx.saved_tensors
+    needs = [ctx.needs_input_grad[i] if i < len(ctx.needs_input_grad) else False for i in _POST_TENSORS]
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(need) if t is not None else None for t, need in zip(inputs, needs)]
+        *linear, residual_out = leaves
+        eps = ctx.eps.item() if isinstance(ctx.eps, Tensor) else ctx.eps
+        y, z, _, _ = linear_post_norm_reference(*linear, eps, ctx.layer_norm, ctx.weight_kn, residual_out)
+        outs, grads = [y], [grad_y]
+        if grad_z is not None and grad_z.numel():
+            outs.append(z)
+            grads.append(grad_z)
+        wanted = [t for t in leaves if t is not None and t.requires_grad]
+        got = iter(torch.autograd.grad(outs, wanted, grads, allow_unused=True))
+    result = [next(got) if t is not None and t.requires_grad else None for t in leaves]
+    for i in (3, 6):  # the residuals are taken flattened
+        if result[i] is not None:
+            result[i] = result[i].reshape(inputs[i].shape)
+    *linear, grad_residual_out = result
+    return (*linear, None, None, None, None, grad_residual_out)
+
+
+linear_post_norm.register_autograd(_post_backward, setup_context=_post_setup_context)
+linear_post_norm_tensor_eps.register_autograd(_post_backward, setup_context=_post_setup_context)
+
+
 # --- direct launch from Inductor's generated code -----------------------------------------------------------------
 
-_IMPLEMENTATIONS = {"rms": _rms_norm_linear, "ln": _layer_norm_linear}
+_IMPLEMENTATIONS = {"rms": _rms_norm_linear, "ln": _layer_norm_linear, "post": _linear_post_norm}
 
 
 def trace_direct_launch(norm: str, args: tuple, plan: tuple) -> torch.fx.GraphModule:
@@ -253,9 +422,10 @@ def trace_direct_launch(norm: str, args: tuple, plan: tuple) -> torch.fx.GraphMo
     (``triton_kernel_wrapper_functional``): what the pass inserts so that Inductor's generated code launches the
     kernels itself — no Python op call per step, CUDA graphs possible, Inductor's kernel cache serves them.
 
-    ``norm`` is "rms" or "ln"; ``args`` are the op's arguments (float eps) with fake tensors; the graph's
-    placeholders are the tensor arguments in order, its outputs the op's. This is what ``torch.library.triton_op``
-    does under functionalization, done here because the pass runs after AOTAutograd's functionalization."""
+    ``norm`` is "rms", "ln" (pre-norm ops) or "post" (linear_post_norm); ``args`` are the op's arguments (float
+    eps) with fake tensors; the graph's placeholders are the tensor arguments in order, its outputs the op's.
+    This is what ``torch.library.triton_op`` does under functionalization, done here because the pass runs after
+    AOTAutograd's functionalization."""
     from torch._inductor.decomposition import select_decomp_table
     from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
     from torch.fx.experimental.proxy_tensor import make_fx

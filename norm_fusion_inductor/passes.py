@@ -36,6 +36,7 @@ class PassContext:
         self.config = config
         self.backward = backward_only_nodes(graph)
         self.sites: list[report.SiteRecord] = []
+        self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")
@@ -50,7 +51,26 @@ class PassContext:
 
     def _record(self, site: report.SiteRecord) -> None:
         self.sites.append(site)
-        report.record(site, emit=self.config.logging_enabled)
+
+    def finish(self) -> None:
+        """Log the sites, one record per norm: the rewrite if a family (pre- or post-norm) made one, else the
+        first family's record with every family's reason."""
+        by_node: dict = {}
+        for site in self.sites:
+            by_node.setdefault(site.node, []).append(site)
+        self.sites = []
+        for records in by_node.values():
+            rewritten = [s for s in records if s.rewritten]
+            if rewritten:
+                self.sites += rewritten
+                continue
+            site = records[0]
+            reasons = [f"{s.kind}: {s.reason}" for s in records]
+            if len(set(s.reason for s in records)) > 1:
+                site.reason = "; ".join(reasons)
+            self.sites.append(site)
+        for site in self.sites:
+            report.record(site, emit=self.config.logging_enabled)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,8 +99,10 @@ class NormFusionPass(CustomGraphPass):
         if self.config.logging_enabled:
             report.enable_logging()
         ctx = PassContext(graph, self.config)
-        for name in self.config.fusions:
-            FAMILIES[name].apply(graph, ctx)
+        for name, family in FAMILIES.items():  # pre-norm families first: the post-norm one takes what is left
+            if name in self.config.fusions:
+                family.apply(graph, ctx)
+        ctx.finish()
         if ctx.sites and any(s.rewritten for s in ctx.sites):
             # readers of the statistics may sit between the norm and the first matmul, before the fused op
             stable_topological_sort(graph)

@@ -13,7 +13,8 @@ from typing import Optional
 log = logging.getLogger("norm_fusion_inductor")
 
 _HISTORY: list["SiteRecord"] = []
-KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul"}
+KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
+         "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm"}
 _MAX_HISTORY = 10_000  # older records are dropped
 
 
@@ -32,6 +33,8 @@ class SiteRecord:
     @property
     def kind(self) -> str:
         """What sort of site, for people: position of the norm, which norm, what it is fused with."""
+        if self.fusion == "matmul_norm":
+            return KINDS.get(f"{self.fusion}/{self.pattern.split('/')[0]}", self.fusion)
         return KINDS.get(self.fusion, self.fusion)
 
     def line(self) -> str:

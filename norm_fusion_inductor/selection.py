@@ -1,7 +1,8 @@
 """Per-site choice between the fused kernel and the unfused path, made at compile time and cached.
 
 With policy "auto" on CUDA the fused kernel (autotuned) is timed against a *lower bound* of the unfused path:
-cuBLAS for the matmul plus a device copy of x (read K·M, write K·M: the bytes any norm kernel must move). A
+cuBLAS for the matmul plus a device copy of the norm's input (x [M, K] before a matmul, the matmul's output
+[M, N] after one: the bytes any norm kernel must move). A
 norm kernel is never faster than that copy (measured on the H200: Inductor's RMSNorm runs at 0.5–0.9× copy
 speed, see BENCHMARKS.md), so a site the fused kernel wins here is won against Inductor too; the price is
 that some sites where fusing would have paid stay unfused. Choices are cached in memory and on disk, keyed by
@@ -22,7 +23,7 @@ from typing import Optional
 import torch
 
 from .config import NormFusionConfig
-from .kernels import prenorm_matmul
+from .kernels import norm_gemm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,10 @@ class MatmulSite:
     norm: str = "rms"  # "rms" or "ln"
     has_norm_bias: bool = False
     weight_kn: bool = False  # weight stored [K, N] (Conv1D)
+    position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm (its epilogue)
+    has_residual: bool = False  # post: z = x Wᵀ + b + residual
+    write_z: bool = False  # post: z is written too
+    has_residual_out: bool = False  # post: a residual added after the norm
 
 
 _MEMORY: dict = {}
@@ -52,7 +57,7 @@ _MEMORY: dict = {}
 
 @functools.lru_cache(maxsize=None)
 def _kernel_source_hash() -> str:
-    return hashlib.sha256(pathlib.Path(prenorm_matmul.__file__).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(pathlib.Path(norm_gemm.__file__).read_bytes()).hexdigest()[:16]
 
 
 def _cache_file(config: NormFusionConfig) -> pathlib.Path:
@@ -65,8 +70,9 @@ def _key(site: MatmulSite) -> str:
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
     return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, _kernel_source_hash(),
-                                      prenorm_matmul._bucket(site.M), site.K, site.N, site.dtype, site.norm,
-                                      site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn))
+                                      norm_gemm._bucket(site.M), site.K, site.N, site.dtype, site.norm,
+                                      site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn,
+                                      site.position, site.has_residual, site.write_z, site.has_residual_out))
 
 
 def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
@@ -91,7 +97,9 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
 
 
 def _static_reason(site: MatmulSite) -> Optional[str]:
-    return prenorm_matmul.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
+    if site.position == "post":
+        return norm_gemm.post_norm_unsupported_reason(site.dtype, site.K, site.N, site.M, site.device)
+    return norm_gemm.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
 
 
 def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> dict:
@@ -126,9 +134,14 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         t = _cached(site, config, "times", _measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
         return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
-    fused_ms, unfused_ms = t["fused_ms"], t["mm_ms"] + t["copy_ms"]
+    # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
+    copies = 1 + 0.5 * (site.has_residual + site.has_residual_out)
+    norm_ms = t["copy_ms"] * copies
+    fused_ms, unfused_ms = t["fused_ms"], t["mm_ms"] + norm_ms
+    copied = "x" if site.position == "pre" else "the matmul's output" + (f" x {copies} (residuals)" if copies > 1
+                                                                          else "")
     detail = (f"measured fused {fused_ms:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
-              f"(cuBLAS {t['mm_ms']:.4f} + copy of x {t['copy_ms']:.4f}) at M={site.M}")
+              f"(cuBLAS {t['mm_ms']:.4f} + copy of {copied} {norm_ms:.4f}) at M={site.M}")
     if fused_ms * config.min_speedup >= unfused_ms:
         return Choice(False, "unfused", detail)
     if (config.launch == "op" and fused_ms < config.min_kernel_ms
@@ -149,13 +162,30 @@ def _inputs(site: MatmulSite) -> dict:
         g=(1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None,
         beta=(0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None,
         b=torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None,
+        residual=torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual else None,
     )
+
+
+def _post_inputs(site: MatmulSite) -> dict:
+    """As _inputs, with the norm's parameters sized N (the post-norm normalizes the matmul's output)."""
+    t = _inputs(site)
+    dev, dt = site.device, site.dtype
+    t["g"] = (1 + 0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_weight else None
+    t["beta"] = (0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_bias else None
+    t["residual_out"] = torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual_out else None
+    return t
 
 
 def _tune(site: MatmulSite, inputs: Optional[dict] = None) -> dict:
     """{"plan": the fastest (prologue, block config) of the fused kernel for this site}."""
+    if site.position == "post":
+        t = inputs or _post_inputs(site)
+        plan = norm_gemm.post_tuned_plan(t["x"], t["w"], t["b"], t["residual"], t["g"], t["beta"], 1e-6,
+                                         layer_norm=site.norm == "ln", write_z=site.write_z, w_kn=site.weight_kn,
+                                         residual_out=t["residual_out"])
+        return {"plan": list(plan)}
     t = inputs or _inputs(site)
-    plan = prenorm_matmul.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, beta=t["beta"], center=site.norm == "ln",
+    plan = norm_gemm.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, beta=t["beta"], center=site.norm == "ln",
                                      w_kn=site.weight_kn)
     return {"plan": list(plan)}
 
@@ -169,26 +199,32 @@ def _measure(site: MatmulSite) -> dict:
     the host out of both sides alike."""
     from triton.testing import do_bench_cudagraph
 
-    t = _inputs(site)
+    t = _post_inputs(site) if site.position == "post" else _inputs(site)
     x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
-    y = torch.empty_like(x)
     plan = tuple(_tune(site, t)["plan"])
 
     def bench(fn):
         return do_bench_cudagraph(fn, rep=30, return_mode="median")
 
-    if site.norm == "ln":
+    if site.position == "post":
         def fused():
-            return prenorm_matmul.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
+            return norm_gemm.matmul_norm(x, w, b, t["residual"], g, beta, 1e-6, layer_norm=site.norm == "ln",
+                                         write_z=site.write_z, plan=plan, w_kn=site.weight_kn,
+                                         residual_out=t["residual_out"])
+    elif site.norm == "ln":
+        def fused():
+            return norm_gemm.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
     else:
         def fused():
-            return prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
+            return norm_gemm.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
 
     w_mm = w if site.weight_kn else w.t()
     mm = (lambda: torch.addmm(b, x, w_mm)) if b is not None else (lambda: torch.mm(x, w_mm))
+    copied = mm() if site.position == "post" else x  # the norm's input
+    y = torch.empty_like(copied)
     times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
     for _ in range(3):  # interleaved, so clock drift hits both sides
         times["fused_ms"].append(bench(fused))
         times["mm_ms"].append(bench(mm))
-        times["copy_ms"].append(bench(lambda: y.copy_(x)))
+        times["copy_ms"].append(bench(lambda: y.copy_(copied)))
     return {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}

@@ -33,8 +33,9 @@ class NormFamily:
     ``forms`` maps a form's name to (search function (x, *params, eps), dtypes of the params: "input" = the
     input's dtype, or a dtype)."""
 
-    def __init__(self, spec: "NormSpec", forms: dict):
+    def __init__(self, spec: "NormSpec", forms: dict, rewrite: Optional[Callable] = None):
         self.spec, self.forms = spec, forms
+        self.rewrite = rewrite or rewrite_norm_site  # (spec, pattern name, match, ctx)
         self._ctx = None
 
     def apply(self, graph: Graph, ctx) -> None:
@@ -47,7 +48,7 @@ class NormFamily:
 
     @functools.cached_property
     def matcher(self) -> pm.PatternMatcherPass:
-        matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{self.spec.fusion}")
+        matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{self.spec.fusion}_{self.spec.norm}")
         seen = set()
         for form, (fn, param_dtypes) in self.forms.items():
             for dtype_name, dtype in TRACE_DTYPES.items():
@@ -62,7 +63,7 @@ class NormFamily:
         return matcher
 
     def _rewrite(self, pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
-        rewrite_norm_site(self.spec, pattern_name, match, self._ctx)
+        self.rewrite(self.spec, pattern_name, match, self._ctx)
 
 
 def trace_pattern(search_fn: Callable, example_inputs: list, scalar_workaround: dict) -> pm.PatternExpr:
@@ -121,7 +122,8 @@ def _is_transpose_of_2d(node: Node) -> Optional[Node]:
         return None
     if node.target == aten.permute.default and list(node.args[1]) in ([1, 0], [-1, -2], [-1, 0], [1, -2]):
         src = node.args[0]
-    elif node.target in (aten.t.default,) or (node.target == aten.transpose.int and len(node.args[0].meta["val"].shape) == 2):
+    elif node.target == aten.t.default or (node.target == aten.transpose.int
+                                           and len(node.args[0].meta["val"].shape) == 2):
         src = node.args[0]
     else:
         return None
@@ -248,6 +250,13 @@ class NormSpec:
     op: Any  # the fused op (float eps) and its eps-as-tensor twin (dynamic shapes)
     op_tensor_eps: Any
     stats: dict  # graph node target → index of the op's output that replaces it for its other readers
+    eps_arg: int = -2  # position of eps in the op's arguments
+    position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm
+
+    @property
+    def launch_name(self) -> str:
+        """Which op implementation ops.trace_direct_launch traces."""
+        return "post" if self.position == "post" else self.norm
 
     def args(self, x, gamma, beta, consumer, eps) -> tuple:
         if consumer.scale != 1.0:  # c · (x̂ γ + β) = x̂ (c γ) + c β
@@ -329,11 +338,15 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
             for index, readers in stat_readers.items():
                 for user, old in readers:
                     user.replace_input_with(old, outputs[index])
-    implementation = choices[0].implementation
-    if implementation == "fused_triton":
-        implementation += " (" + "; ".join(sorted(launches)) + ")"
-    ctx.accept(site, implementation,
+    ctx.claimed.update((normed, x))  # the post-norm family leaves this norm (and its input) alone
+    ctx.accept(site, _implementation(choices[0], launches),
                f"{len(consumers)} matmul(s) fused; " + "; ".join(sorted({ch.reason for ch in choices})))
+
+
+def _implementation(choice, launches) -> str:
+    if choice.implementation == "fused_triton":
+        return choice.implementation + " (" + "; ".join(sorted(launches)) + ")"
+    return choice.implementation
 
 
 def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> tuple[list, str]:
@@ -346,11 +359,11 @@ def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> t
     from norm_fusion_inductor import ops
 
     graph = before.graph
-    why_op = _direct_launch_rejection(args, choice, config)
+    why_op = _direct_launch_rejection(args, choice, config, spec.eps_arg)
     if why_op is None:
         values = tuple(a.meta["val"] if isinstance(a, Node) else a for a in args)
         try:
-            traced = ops.trace_direct_launch(spec.norm, values, choice.plan)
+            traced = ops.trace_direct_launch(spec.launch_name, values, choice.plan)
         except Exception as e:  # the op is always there to fall back on
             why_op = f"direct launch failed to trace ({type(e).__name__}: {e})"
         else:
@@ -359,17 +372,19 @@ def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> t
                 outputs = graph.graph_copy(traced.graph, dict(zip(traced.graph.find_nodes(op="placeholder"),
                                                                   tensor_args)))
             return list(outputs), "direct launch"
-    op = spec.op if not isinstance(args[-2], Node) else spec.op_tensor_eps  # eps is the op's second-last arg
+    op = spec.op if not isinstance(args[spec.eps_arg], Node) else spec.op_tensor_eps
     fused = insert_call(graph, op, args, before=before)
     return [getitem(graph, fused, i) for i in range(len(fused.meta["val"]))], f"custom op: {why_op}"
 
 
-def _direct_launch_rejection(args: tuple, choice, config) -> Optional[str]:
+def _direct_launch_rejection(args: tuple, choice, config, eps_arg: int = -2) -> Optional[str]:
     if config.launch != "direct":
         return "launch='op'"
     if choice.implementation != "fused_triton" or choice.plan is None:
         return "no tuned kernel plan"
-    if isinstance(args[-2], Node):
+    if choice.plan[0] == "spin":
+        return "the spin exchange needs a cooperative launch, which Inductor's launcher does not make"
+    if isinstance(args[eps_arg], Node):
         return "eps is a graph tensor"
     x = args[0].meta["val"]
     if any(isinstance(d, torch.SymInt) for d in x.shape):

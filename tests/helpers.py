@@ -97,3 +97,48 @@ class GemmaRMSNorm(nn.Module):
         output = self._norm(x.float())
         output = output * (1.0 + self.weight.float())
         return output.type_as(x)
+
+
+def linear_post_norm_reference64(x, w, bias, residual, gamma, beta, eps, layer_norm, residual_out=None):
+    """y, z, mean, rstd of norm(x wᵀ + b + residual; γ, β) (+ residual_out), in float64 (mean None for
+    RMSNorm)."""
+    z = x.double() @ w.double().t()
+    for t in (bias, residual):
+        if t is not None:
+            z = z + t.double()
+    if layer_norm:
+        var, mean = torch.var_mean(z, -1, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        y = (z - mean) * rstd
+    else:
+        mean, rstd = None, torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+        y = z * rstd
+    if gamma is not None:
+        y = y * gamma.double()
+    if beta is not None:
+        y = y + beta.double()
+    if residual_out is not None:
+        y = y + residual_out.double()
+    return y, z, mean, rstd
+
+
+def linear_post_norm_unfused(x, w, bias, residual, gamma, beta, eps, layer_norm):
+    """The unfused path as Inductor computes it: z rounded to x's dtype, then the norm in fp32."""
+    import torch.nn.functional as F
+
+    z = F.linear(x, w, bias)
+    if residual is not None:
+        z = z + residual
+    f = (lambda t: None if t is None else t.float())
+    if layer_norm:
+        return F.layer_norm(z.float(), (z.shape[-1],), f(gamma), f(beta), eps)
+    return F.rms_norm(z.float(), (z.shape[-1],), f(gamma), eps)
+
+
+def saved_norm_stats(x, layer_norm, eps=1e-5):
+    """(mean or None, rstd) per row in fp32, as a fused pre-norm op saves them for its backward."""
+    xf = x.float()
+    if layer_norm:
+        var, mean = torch.var_mean(xf, -1, correction=0)
+        return mean, torch.rsqrt(var + eps)
+    return None, torch.rsqrt(xf.pow(2).mean(-1) + eps)

@@ -28,7 +28,7 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 # --- configuration errors name the option ----------------------------------------------------------------------
 
 def test_every_family_is_on_by_default_and_can_be_chosen():
-    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul")
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm")
     assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
 
 

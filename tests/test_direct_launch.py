@@ -6,21 +6,20 @@ import pytest
 import torch
 
 from norm_fusion_inductor import ops
-from norm_fusion_inductor.kernels import prenorm_matmul
+from norm_fusion_inductor.kernels import norm_gemm
 
 HOP = torch.ops.higher_order.triton_kernel_wrapper_functional
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    monkeypatch.setattr(prenorm_matmul, "_num_sms", lambda index: 132)  # no GPU to ask
+    monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)  # no GPU to ask
     # conftest turns on the interpreter, whose kernels wrap_triton runs instead of tracing: trace compiled ones
     from triton.runtime.jit import JITFunction
 
-    for name in ("_tile_coords", "prenorm_gemm_kernel", "row_stats_kernel"):
-        kernel = getattr(prenorm_matmul, name)
-        if not isinstance(kernel, JITFunction):
-            monkeypatch.setattr(prenorm_matmul, name, JITFunction(kernel.fn))
+    for name, kernel in vars(norm_gemm).items():
+        if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
+            monkeypatch.setattr(norm_gemm, name, JITFunction(kernel.fn))
     mode = torch._subclasses.FakeTensorMode()
 
     def make(*shape):
@@ -39,16 +38,16 @@ def _launches(gm):
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("norm", ["rms", "ln"])
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
     M, K, N = 300, 256, 512
     x, g, w, b = fake_cuda(3, 100, K), fake_cuda(K), fake_cuda(N, K), fake_cuda(N)
-    cfg = prenorm_matmul._GPU_CONFIGS[2]
+    cfg = norm_gemm._GPU_CONFIGS[2]
     args = (x, g, w, b, 1e-5, False) if norm == "rms" else (x, g, g, w, b, 1e-5, False)
     gm = ops.trace_direct_launch(norm, args, (prologue, cfg))
     launches = _launches(gm)
     names = [name for name, _ in launches]
-    assert names == (["prenorm_gemm_kernel"] if prologue == "in_loop" else ["row_stats_kernel", "prenorm_gemm_kernel"])
+    assert names == (["norm_gemm_kernel"] if prologue == "in_loop" else ["row_stats_kernel", "norm_gemm_kernel"])
     gemm = launches[-1][1]
     assert gemm["ROW_STATS"] is (prologue == "in_loop") and gemm["ROW_SCALE"] is (prologue == "pre_pass")
     assert gemm["CENTER"] is (norm == "ln") and gemm["M"] == M and gemm["BLOCK_N"] == cfg["BLOCK_N"]
@@ -69,6 +68,25 @@ def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
     assert shapes == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)
 
 
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+@pytest.mark.parametrize("write_z", [False, True])
+def test_post_norm_trace_is_one_kernel_launch(fake_cuda, layer_norm, write_z):
+    """The post-norm op as Inductor would launch it: one GEMM launch with the epilogue; the residual read, z
+    written only when asked; the last-arriver's counters zeroed by the graph itself."""
+    M, K, N = 300, 256, 768
+    x, w, b, r, g = fake_cuda(3, 100, K), fake_cuda(N, K), fake_cuda(N), fake_cuda(M, N), fake_cuda(N)
+    plan = ("last", dict(norm_gemm._GPU_CONFIGS[2], GROUP_M=1))
+    gm = ops.trace_direct_launch("post", (x, w, b, r, g, g if layer_norm else None, 1e-5, layer_norm, False,
+                                          write_z), plan)
+    (name, kwargs), = _launches(gm)
+    assert name == "norm_gemm_kernel"
+    assert kwargs["POST_NORM"] == (2 if layer_norm else 1) and kwargs["WRITE_Z"] is write_z
+    assert kwargs["HAS_RESIDUAL"] and kwargs["EXCHANGE"] == 2 and kwargs["TILES_POW2"] == 8
+    outputs = gm.graph.find_nodes(op="output")[0].args[0]
+    shapes = [tuple(o.meta["val"].shape) for o in outputs]
+    assert shapes == [(M, N), (M, N) if write_z else (0,), (M,) if layer_norm else (0,), (M,)]
+
+
 def test_failed_trace_falls_back_to_the_op_with_the_reason(monkeypatch):
     """Never wrong: a site whose direct launch cannot be traced still runs, through the custom op, and says why."""
     import torch.nn as nn
@@ -79,7 +97,7 @@ def test_failed_trace_falls_back_to_the_op_with_the_reason(monkeypatch):
     from .helpers import LlamaRMSNorm, rel_err
 
     def choose(site, config):
-        return selection.Choice(True, "fused_triton", "test", plan=("in_loop", prenorm_matmul._INTERPRETER_CONFIG))
+        return selection.Choice(True, "fused_triton", "test", plan=("in_loop", norm_gemm._INTERPRETER_CONFIG))
 
     def broken_trace(*args):
         raise RuntimeError("boom")
@@ -124,3 +142,5 @@ def test_direct_launch_rejection_reasons(launch):
     assert _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config) is None
     x.meta["val"] = torch.empty(9, 17).view(-1)[1:129].view(8, 16)  # starts 4 bytes in
     assert "16-byte aligned" in _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)
+    spin = selection.Choice(True, "fused_triton", "", ("spin", {}))
+    assert "cooperative launch" in _direct_launch_rejection((x, None, w, None, 1e-6, False), spin, config)

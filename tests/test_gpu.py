@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import norm_fusion_inductor as nfi
-from norm_fusion_inductor.kernels import prenorm_matmul
+from norm_fusion_inductor.kernels import norm_gemm
 
 from .helpers import LlamaRMSNorm, ln_linear_reference64, ln_linear_unfused, rel_err, rms_linear_reference64
 
@@ -25,15 +25,15 @@ def _poison_allocator(nbytes=1 << 28):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("M,K,N", [(4096, 1024, 1024), (1000, 264, 520), (77, 4096, 128)])
 @pytest.mark.parametrize("gamma,bias", [(False, True), (True, True)])
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
     x = torch.randn(M, K, device="cuda", dtype=dtype) * 3 + 0.5
     g = (torch.rand(K, device="cuda") + 0.5).to(dtype) if gamma else None
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
     b = torch.randn(N, device="cuda", dtype=dtype) if bias else None
-    plan = prenorm_matmul.tuned_plan(x, w, g, b, 1e-6, prologues=(prologue,))
+    plan = norm_gemm.tuned_plan(x, w, g, b, 1e-6, prologues=(prologue,))
     _poison_allocator()
-    out, rstd = prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan)
+    out, rstd = norm_gemm.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan)
     ref, ref_rstd = rms_linear_reference64(x, g, w, b, 1e-6)
     cfg = plan
     assert not out.isnan().any() and not rstd.isnan().any(), f"unwritten output (NaN poison), configs {cfg}"
@@ -41,20 +41,20 @@ def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
     assert rel_err(rstd, ref_rstd.flatten()) < 1e-5, f"rstd err {rel_err(rstd, ref_rstd.flatten()):.2e}"
 
 
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 def test_kernel_fp32_norm_weight_with_bf16_input(prologue):
     """Gemma-style sites: γ = 1 + w in fp32 with bf16 activations."""
     x = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
     g = torch.rand(512, device="cuda") + 1.0
     w = (torch.randn(384, 512, device="cuda") / 512**0.5).bfloat16()
-    plan = prenorm_matmul.tuned_plan(x, w, g, None, 1e-6, prologues=(prologue,))
-    out, _ = prenorm_matmul.rms_norm_matmul(x, g, w, None, 1e-6, plan=plan)
+    plan = norm_gemm.tuned_plan(x, w, g, None, 1e-6, prologues=(prologue,))
+    out, _ = norm_gemm.rms_norm_matmul(x, g, w, None, 1e-6, plan=plan)
     assert out.dtype == torch.bfloat16
     assert rel_err(out, rms_linear_reference64(x, g, w, None, 1e-6)[0]) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("prologue", ["pre_pass"])  # the GPU's only LayerNorm plan (prenorm_matmul._candidate_plans)
+@pytest.mark.parametrize("prologue", ["pre_pass"])  # the GPU's only LayerNorm plan (norm_gemm._candidate_plans)
 @pytest.mark.parametrize("shift", [0.0, 100.0, 1000.0])
 def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift):
     """Issue 3's numerics target on the tensor cores: rows with mean 0, 100σ, 1000σ."""
@@ -64,9 +64,9 @@ def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift):
     b = torch.randn(K, device="cuda").to(dtype)
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
     bias = torch.randn(N, device="cuda").to(dtype)
-    plan = prenorm_matmul.tuned_plan(x, w, g, bias, 1e-5, prologues=(prologue,), beta=b, center=True)
+    plan = norm_gemm.tuned_plan(x, w, g, bias, 1e-5, prologues=(prologue,), beta=b, center=True)
     _poison_allocator()
-    out, mean, rstd = prenorm_matmul.layer_norm_matmul(x, g, b, w, bias, 1e-5, plan=plan)
+    out, mean, rstd = norm_gemm.layer_norm_matmul(x, g, b, w, bias, 1e-5, plan=plan)
     ref, ref_mean, ref_rstd = ln_linear_reference64(x, g, b, w, bias, 1e-5)
     unfused = rel_err(ln_linear_unfused(x, g, b, w, bias, 1e-5), ref)
     assert not out.isnan().any()
@@ -146,8 +146,8 @@ def _launch_graph(norm, M, K, N, bias=True):
         b = torch.empty(N, device="cuda", dtype=torch.bfloat16) if bias else None
     norm_params = (g,) if norm == "rms" else (g, g)
     graphs = {}
-    for prologue in prenorm_matmul.PROLOGUES:
-        plan = (prologue, prenorm_matmul._GPU_CONFIGS[0])
+    for prologue in norm_gemm.PROLOGUES:
+        plan = (prologue, norm_gemm._GPU_CONFIGS[0])
         graphs[prologue] = ops.trace_direct_launch(norm, (x, *norm_params, w, b, 1e-6, False), plan)
     return graphs
 
@@ -204,7 +204,7 @@ def test_direct_launch_end_to_end(norm, mode, train):
             out = c(x)
     assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
     forward_code = code[0]
-    assert "prenorm_gemm_kernel" in forward_code and "norm_fusion.rms_norm_linear" not in forward_code
+    assert "norm_gemm_kernel" in forward_code and "norm_fusion.rms_norm_linear" not in forward_code
     assert "norm_fusion.layer_norm_linear" not in forward_code
     ref = m64(x64)
     assert rel_err(out, ref) < 1e-2

@@ -16,17 +16,19 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 
 
 # family → (sites next to a matmul, of which not rewritten). Per family:
-# llama, gemma: 2 norms per layer + the final norm, all fused.
-# t5: encoder 2 per layer + final; decoder 3 per layer + final. The encoder's final norm is not rewritten: the
-#     model also returns it (encoder_last_hidden_state). The decoder's final norm is scaled by d_model^-0.5
-#     (tied embeddings) before lm_head: the scale is folded into γ.
+# llama, gemma: 2 norms per layer + the final norm, all fused (pre-norm).
+# t5: encoder 2 per layer + final; decoder 3 per layer + final. The encoder's final norm, which the model also
+#     returns (encoder_last_hidden_state), follows the last FFN's output projection + residual: fused as its
+#     epilogue (post-norm). The decoder's final norm is scaled by d_model^-0.5 (tied embeddings) before lm_head:
+#     the scale is folded into γ.
 # gpt2: ln_1 → c_attn and ln_2 → c_fc (Conv1D: x @ W, W [K, N]) per layer; ln_f → lm_head.
-# vit: layernorm_before → q/k/v, layernorm_after → intermediate per layer; the final norm reaches the classifier
-#      through the CLS-token slice, which is no matmul site.
-# bert (post-norm): the embedding norm and both norms of each layer feed the next matmuls *and* the residual add
-#      after them, so the normalized tensor must be written: not rewritten (the post-norm epilogue's job, issue 4),
-#      except the last layer's output norm, which feeds only the MLM head, and the head's own norm → decoder.
-EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "t5": (12, 1), "gpt2": (5, 0), "vit": (4, 0), "bert": (6, 4)}
+# vit: layernorm_before → q/k/v, layernorm_after → intermediate per layer (pre-norm); the final norm reaches the
+#      classifier through the CLS-token slice, and follows the last MLP's output + residual: post-norm.
+# bert (post-norm): both norms of each layer (after the attention output and the FFN output projections, + the
+#      residual) are fused as the projections' epilogues; the MLM head's norm → decoder is a pre-norm site. The
+#      embedding norm (after a sum of embeddings, no matmul) feeds the first projections and the residual add:
+#      not rewritten, explained.
+EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "t5": (12, 0), "gpt2": (5, 0), "vit": (5, 0), "bert": (6, 1)}
 FAMILIES = list(EXPECTED)
 
 

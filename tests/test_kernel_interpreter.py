@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from norm_fusion_inductor import ops
-from norm_fusion_inductor.kernels import prenorm_matmul
+from norm_fusion_inductor.kernels import norm_gemm
 
-from .helpers import ln_linear_reference64, ln_linear_unfused, rel_err, rms_linear_reference64
+from .helpers import (linear_post_norm_reference64, linear_post_norm_unfused, ln_linear_reference64,
+                      ln_linear_unfused, rel_err, rms_linear_reference64, saved_norm_stats)
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -18,7 +19,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 @interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 @pytest.mark.parametrize("M,K,N", [(37, 48, 40), (16, 16, 16), (50, 72, 8)])
 @pytest.mark.parametrize("gamma,bias", [(True, False), (False, True), (True, True), (False, False)])
 def test_kernel_matches_float64(dtype, prologue, M, K, N, gamma, bias):
@@ -27,28 +28,28 @@ def test_kernel_matches_float64(dtype, prologue, M, K, N, gamma, bias):
     g = (torch.rand(K) + 0.5).to(dtype) if gamma else None
     w = (torch.randn(N, K) / K**0.5).to(dtype)
     b = torch.randn(N, dtype=dtype) if bias else None
-    out, rstd = prenorm_matmul.rms_norm_matmul(x, g, w, b, 1e-5,
-                                               plan=(prologue, prenorm_matmul._INTERPRETER_CONFIG))
+    out, rstd = norm_gemm.rms_norm_matmul(x, g, w, b, 1e-5,
+                                               plan=(prologue, norm_gemm._INTERPRETER_CONFIG))
     ref, ref_rstd = rms_linear_reference64(x, g, w, b, 1e-5)
     assert rel_err(out, ref) < TOL[dtype]
     assert rel_err(rstd, ref_rstd.flatten()) < 1e-6
 
 
 @interpreter
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 def test_kernel_fp32_norm_weight_with_fp16_input(prologue):
     """Gemma-style sites pass an fp32 γ (1 + w computed in the graph) with 16-bit activations."""
     x = torch.randn(33, 48, dtype=torch.float16)
     g = torch.rand(48) + 1.0
     w = (torch.randn(24, 48) / 48**0.5).half()
-    out, _ = prenorm_matmul.rms_norm_matmul(x, g, w, None, 1e-6, plan=(prologue, prenorm_matmul._INTERPRETER_CONFIG))
+    out, _ = norm_gemm.rms_norm_matmul(x, g, w, None, 1e-6, plan=(prologue, norm_gemm._INTERPRETER_CONFIG))
     assert out.dtype == torch.float16
     assert rel_err(out, rms_linear_reference64(x, g, w, None, 1e-6)[0]) < 2e-3
 
 
 @interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 @pytest.mark.parametrize("shift", [0.0, 100.0, 1000.0])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift, affine):
@@ -63,8 +64,8 @@ def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift, affine):
     b = torch.randn(K).to(dtype) if affine else None
     w = (torch.randn(N, K) / K**0.5).to(dtype)
     bias = torch.randn(N).to(dtype)
-    out, mean, rstd = prenorm_matmul.layer_norm_matmul(x, g, b, w, bias, 1e-5,
-                                                       plan=(prologue, prenorm_matmul._INTERPRETER_CONFIG))
+    out, mean, rstd = norm_gemm.layer_norm_matmul(x, g, b, w, bias, 1e-5,
+                                                       plan=(prologue, norm_gemm._INTERPRETER_CONFIG))
     ref, ref_mean, ref_rstd = ln_linear_reference64(x, g, b, w, bias, 1e-5)
     unfused_err = rel_err(ln_linear_unfused(x, g, b, w, bias, 1e-5), ref)
     floor = {torch.float32: 1e-6, torch.float16: 5e-4}[dtype]
@@ -78,24 +79,24 @@ def test_fp32_layer_norm_plans_avoid_pre_pass():
     3.5x the unfused error at 1000σ), so the tuner only offers the in-loop plan for it."""
     x = torch.randn(16, 32) + 1000
     w = torch.randn(8, 32)
-    assert {p[0] for p in prenorm_matmul._candidate_plans(x, center=True)} == {"in_loop"}
-    assert {p[0] for p in prenorm_matmul._candidate_plans(x.half(), center=True)} == set(prenorm_matmul.PROLOGUES)
-    out, _, _ = prenorm_matmul.layer_norm_matmul(x, None, None, w, None, 1e-5)
+    assert {p[0] for p in norm_gemm._candidate_plans(x, center=True)} == {"in_loop"}
+    assert {p[0] for p in norm_gemm._candidate_plans(x.half(), center=True)} == set(norm_gemm.PROLOGUES)
+    out, _, _ = norm_gemm.layer_norm_matmul(x, None, None, w, None, 1e-5)
     ref = ln_linear_reference64(x, None, None, w, None, 1e-5)[0]
     assert rel_err(out, ref) <= 2 * rel_err(ln_linear_unfused(x, None, None, w, None, 1e-5), ref)
 
 
 @interpreter
-@pytest.mark.parametrize("prologue", prenorm_matmul.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 def test_kernel_weight_stored_k_by_n(prologue):
     """GPT-2's Conv1D: x @ W with W [K, N], both norms."""
     x = torch.randn(33, 48, dtype=torch.float16) + 2
     g, be = (torch.rand(48) + 0.5).half(), torch.randn(48).half()
     w, b = (torch.randn(40, 48) / 48**0.5).half(), torch.randn(40).half()
-    plan = (prologue, prenorm_matmul._INTERPRETER_CONFIG)
-    out, _ = prenorm_matmul.rms_norm_matmul(x, g, w.t().contiguous(), b, 1e-6, plan=plan, w_kn=True)
+    plan = (prologue, norm_gemm._INTERPRETER_CONFIG)
+    out, _ = norm_gemm.rms_norm_matmul(x, g, w.t().contiguous(), b, 1e-6, plan=plan, w_kn=True)
     assert rel_err(out, rms_linear_reference64(x, g, w, b, 1e-6)[0]) < 2e-3
-    out, _, _ = prenorm_matmul.layer_norm_matmul(x, g, be, w.t().contiguous(), b, 1e-5, plan=plan, w_kn=True)
+    out, _, _ = norm_gemm.layer_norm_matmul(x, g, be, w.t().contiguous(), b, 1e-5, plan=plan, w_kn=True)
     assert rel_err(out, ln_linear_reference64(x, g, be, w, b, 1e-5)[0]) < 2e-3
 
 
@@ -104,12 +105,12 @@ def test_kernel_writes_every_element():
     """Outputs poisoned with NaN beforehand: the kernel must overwrite every element of out and rstd."""
     x = torch.randn(45, 32)
     w = torch.randn(24, 32)
-    for prologue in prenorm_matmul.PROLOGUES:
+    for prologue in norm_gemm.PROLOGUES:
         for center in (False, True):
             out = torch.full((45, 24), float("nan"))
             rstd = torch.full((45,), float("nan"))
             mean = torch.full((45,), float("nan")) if center else None
-            prenorm_matmul._run((prologue, prenorm_matmul._INTERPRETER_CONFIG), x, w, out, rstd, 1e-6, mean=mean)
+            norm_gemm._run((prologue, norm_gemm._INTERPRETER_CONFIG), x, w, out, rstd, 1e-6, mean=mean)
             assert not out.isnan().any() and not rstd.isnan().any(), (prologue, center)
             assert mean is None or not mean.isnan().any()
 
@@ -118,8 +119,8 @@ def test_kernel_writes_every_element():
 def test_op_uses_kernel_under_interpreter(monkeypatch):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
     calls = []
-    real = prenorm_matmul.rms_norm_matmul
-    monkeypatch.setattr(prenorm_matmul, "rms_norm_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = norm_gemm.rms_norm_matmul
+    monkeypatch.setattr(norm_gemm, "rms_norm_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(2, 9, 32)
     g, w, b = torch.rand(32) + 0.5, torch.randn(16, 32), torch.randn(16)
     out, rstd = torch.ops.norm_fusion.rms_norm_linear(x, g, w, b, 1e-6)
@@ -182,7 +183,182 @@ def test_supports_reports_reasons():
     if torch.cuda.is_available():
         pytest.skip("CPU reasons")
     x, w = torch.randn(8, 16), torch.randn(8, 16)
-    assert "dtype" in prenorm_matmul.supports(x.double(), w.double())
-    assert "contiguous" in prenorm_matmul.supports(x.t(), w)
-    assert "differs" in prenorm_matmul.supports(x, w.half())
-    assert "16-byte" in prenorm_matmul.supports(torch.randn(8, 6), torch.randn(8, 6))
+    assert "dtype" in norm_gemm.supports(x.double(), w.double())
+    assert "contiguous" in norm_gemm.supports(x.t(), w)
+    assert "differs" in norm_gemm.supports(x, w.half())
+    assert "16-byte" in norm_gemm.supports(torch.randn(8, 6), torch.randn(8, 6))
+
+
+# --- post-norm epilogue -----------------------------------------------------------------------------------------
+
+def _post_operands(M, K, N, dtype, residual, affine, shift=0.0, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(M, K, dtype=dtype)
+    w = (torch.randn(N, K) / K**0.5).to(dtype)
+    b = torch.randn(N, dtype=dtype)
+    r = (torch.randn(M, N) + shift).to(dtype) if residual else None
+    g = (torch.rand(N) + 0.5).to(dtype) if affine else None
+    beta = torch.randn(N, dtype=dtype) if affine else None
+    return x, w, b, r, g, beta
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+@pytest.mark.parametrize("N", [32, 80])  # one N tile (row exchange) and five (the last-arriver exchange)
+@pytest.mark.parametrize("residual,affine,write_z,residual_out",
+                         [(True, True, True, False), (False, False, False, True), (True, False, False, False)])
+def test_post_norm_kernel_matches_float64(dtype, layer_norm, N, residual, affine, write_z, residual_out):
+    """Every plan the interpreter can run, on a grid smaller than the tile count (4 programs, 3 row blocks of
+    N/16 tiles: the persistent loop and the exchange across rounds)."""
+    M, K = 37, 48
+    x, w, b, r, g, beta = _post_operands(M, K, N, dtype, residual, affine, seed=N + residual)
+    r_out = torch.randn(M, N, dtype=dtype) if residual_out else None
+    ref_y, ref_z, ref_mean, ref_rstd = linear_post_norm_reference64(x, w, b, r, g, beta if layer_norm else None,
+                                                                    1e-5, layer_norm, r_out)
+    plans = norm_gemm._post_candidate_plans(x, N)
+    assert [p[0] for p in plans] == (["row", "last"] if N <= 64 else ["last"])
+    for plan in plans:
+        y, z, mean, rstd = norm_gemm.matmul_norm(x, w, b, r, g, beta if layer_norm else None, 1e-5,
+                                                 layer_norm=layer_norm, write_z=write_z, plan=plan,
+                                                 residual_out=r_out)
+        assert rel_err(y, ref_y) < TOL[dtype], plan[0]
+        assert rel_err(rstd, ref_rstd.flatten()) < 1e-5
+        assert (z is not None) == write_z and (not write_z or rel_err(z, ref_z) < TOL[dtype])
+        assert (mean is not None) == layer_norm and (not layer_norm or rel_err(mean, ref_mean.flatten()) < 1e-5)
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shift", [100.0, 1000.0])
+def test_post_layer_norm_shifted_rows_within_unfused_error(dtype, shift):
+    """Rows whose mean is 100 and 1000 times their std: Chan's combination of per-tile moments keeps the error
+    within the unfused path's (which normalizes z rounded to the input dtype)."""
+    M, K, N = 37, 48, 80
+    x, w, b, r, g, beta = _post_operands(M, K, N, dtype, True, True, shift=shift, seed=int(shift))
+    ref = linear_post_norm_reference64(x, w, b, r, g, beta, 1e-5, True)[0]
+    unfused = rel_err(linear_post_norm_unfused(x, w, b, r, g, beta, 1e-5, True), ref)
+    for plan in norm_gemm._post_candidate_plans(x, N):
+        y = norm_gemm.matmul_norm(x, w, b, r, g, beta, 1e-5, layer_norm=True, plan=plan)[0]
+        assert rel_err(y, ref) <= 2 * unfused + TOL[dtype] / 10, (plan[0], rel_err(y, ref), unfused)
+
+
+@interpreter
+@pytest.mark.parametrize("exchange", ["row", "last"])
+def test_post_norm_kernel_writes_every_element(exchange):
+    """Outputs poisoned with NaN beforehand: y, z, mean and rstd are overwritten everywhere."""
+    M, K, N = 45, 32, 32 if exchange == "row" else 48
+    x, w, b, r, g, beta = _post_operands(M, K, N, torch.float32, True, True)
+    plan = next(p for p in norm_gemm._post_candidate_plans(x, N) if p[0] == exchange)
+    y, z = torch.full((M, N), float("nan")), torch.full((M, N), float("nan"))
+    mean, rstd = torch.full((M,), float("nan")), torch.full((M,), float("nan"))
+    norm_gemm._run_post(plan, x, w, y, z, mean, rstd, b, r, g, beta, 1e-5, True, False)
+    for t in (y, z, mean, rstd):
+        assert not t.isnan().any()
+
+
+@interpreter
+def test_post_norm_op_uses_kernel_under_interpreter(monkeypatch):
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    calls = []
+    real = norm_gemm.matmul_norm
+    monkeypatch.setattr(norm_gemm, "matmul_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, w, b, r, g, beta = _post_operands(18, 32, 48, torch.float32, True, True)
+    y, z, mean, rstd = torch.ops.norm_fusion.linear_post_norm(x.reshape(2, 9, 32), w, b, r, g, beta, 1e-5, True,
+                                                              False, True)
+    ref_y, ref_z, _, _ = linear_post_norm_reference64(x, w, b, r, g, beta, 1e-5, True)
+    assert calls and rel_err(y, ref_y) < 1e-5 and rel_err(z, ref_z) < 1e-5
+    assert y.shape == z.shape == (18, 48) and mean.shape == rstd.shape == (18,)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+def test_post_norm_op_reference_fake_and_gradients(layer_norm):
+    """The op's reference path and autograd (recomputed reference) in float64; schema and fake checks."""
+    x, w, b, r, g, beta = (t.requires_grad_() for t in _post_operands(10, 12, 8, torch.float64, True, True))
+    beta = beta if layer_norm else None
+    op = torch.ops.norm_fusion.linear_post_norm
+    assert torch.autograd.gradcheck(lambda *a: op(*a, 1e-5, layer_norm, False, True)[:2], (x, w, b, r, g, beta))
+    r_out = torch.randn_like(r).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w, r_out: op(x, w, None, None, None, None, 1e-5, layer_norm, False,
+                                                           False, r_out)[0], (x, w, r_out))
+    assert torch.autograd.gradcheck(lambda x, w: op(x, w, None, None, None, None, 1e-5, layer_norm)[0], (x, w))
+    w_kn = w.detach().t().contiguous().requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w: op(x, w, None, None, None, None, 1e-5, layer_norm, True)[0],
+                                    (x, w_kn))
+    f = [t.detach().float() if t is not None else None for t in (x, w, b, r, g, beta)]
+    torch.library.opcheck(op.default, (*f, 1e-5, layer_norm, False, True),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    twin = torch.ops.norm_fusion.linear_post_norm_tensor_eps
+    torch.library.opcheck(twin.default, (*f, torch.tensor(1e-5), layer_norm, False, True),
+                          test_utils=("test_schema", "test_faketensor"))
+    assert torch.equal(twin(*f, torch.tensor(1e-5), layer_norm)[0], op(*f, 1e-5, layer_norm)[0])
+
+
+# --- the pre-norm's backward on the dgrad GEMM ------------------------------------------------------------------
+
+def _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm, eps=1e-5):
+    """dx, dγ, dβ of norm(x; γ, β) @ wᵀ in float64 by autograd (w [N, K])."""
+    import torch.nn.functional as F
+
+    xd, gd = x.double().requires_grad_(), gamma.double().requires_grad_()
+    bd = beta.double().requires_grad_() if layer_norm else None
+    h = F.layer_norm(xd, (x.shape[1],), gd, bd, eps) if layer_norm else F.rms_norm(xd, (x.shape[1],), gd, eps)
+    grads = torch.autograd.grad(h @ w.double().t(), [xd, gd] + ([bd] if layer_norm else []), dy.double())
+    return grads if layer_norm else (*grads, None)
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+@pytest.mark.parametrize("K", [48, 80])  # dx rows of one tile (row exchange) or five (last-arriver), 16-wide tiles
+@pytest.mark.parametrize("w_kn", [False, True])
+def test_norm_backward_dgrad_matches_float64(dtype, layer_norm, K, w_kn):
+    """dx, dγ, dβ of the pre-norm from the dgrad kernel with the norm's backward as its epilogue, every plan,
+    rows shifted by 3σ (LayerNorm's mean matters), outputs poisoned."""
+    torch.manual_seed(K + layer_norm)
+    M, N = 37, 40
+    x = (torch.randn(M, K) * 2 + (3.0 if layer_norm else 0.0)).to(dtype)
+    gamma, beta = (torch.rand(K) + 0.5).to(dtype), torch.randn(K).to(dtype)
+    w = (torch.randn(N, K) / K**0.5).to(dtype)
+    dy = torch.randn(M, N).to(dtype)
+    mean, rstd = saved_norm_stats(x, layer_norm)
+    ref = _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm)
+    plans = norm_gemm._post_candidate_plans(x, K)
+    assert [p[0] for p in plans] == (["row", "last"] if K <= 64 else ["last"])
+    for plan in plans:
+        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, w.t().contiguous() if w_kn else w, x, rstd, mean,
+                                                            gamma, layer_norm=layer_norm, w_kn=w_kn, plan=plan)
+        assert not dx.isnan().any()
+        assert rel_err(dx, ref[0]) < TOL[dtype] * 2, plan[0]
+        assert rel_err(d_gamma, ref[1]) < TOL[dtype] * 2
+        assert (d_beta is None) == (not layer_norm) and (d_beta is None or rel_err(d_beta, ref[2]) < TOL[dtype] * 2)
+
+
+@interpreter
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+def test_op_backward_uses_the_fused_kernel_when_enabled(monkeypatch, layer_norm):
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    monkeypatch.setenv("NORM_FUSION_FUSED_BACKWARD", "1")
+    calls = []
+    real = norm_gemm.norm_backward_dgrad
+    monkeypatch.setattr(norm_gemm, "norm_backward_dgrad", lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    x = (torch.randn(2, 9, 48) * 2 + 1).requires_grad_()
+    gamma, beta = (torch.rand(48) + 0.5).requires_grad_(), torch.randn(48).requires_grad_()
+    w, b = (torch.randn(40, 48) / 7).requires_grad_(), torch.randn(40).requires_grad_()
+    if layer_norm:
+        params = (x, gamma, beta, w, b)
+        out = torch.ops.norm_fusion.layer_norm_linear(*params, 1e-5)[0]
+    else:
+        params = (x, gamma, w, b)
+        out = torch.ops.norm_fusion.rms_norm_linear(*params, 1e-5)[0]
+    dy = torch.randn_like(out)
+    fused = torch.autograd.grad(out, params, dy)
+    assert calls
+    monkeypatch.setenv("NORM_FUSION_FUSED_BACKWARD", "0")
+    out = (torch.ops.norm_fusion.layer_norm_linear(*params, 1e-5) if layer_norm
+           else torch.ops.norm_fusion.rms_norm_linear(*params, 1e-5))[0]
+    unfused = torch.autograd.grad(out, params, dy)
+    assert len(calls) == 1
+    for f, u in zip(fused, unfused):
+        assert rel_err(f, u) < 1e-5

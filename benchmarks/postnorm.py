@@ -1,0 +1,168 @@
+"""matmul → norm (post-norm) on the GPU: y = norm(x Wᵀ + b + residual) with the norm's weight (and bias for
+LayerNorm). cuBLAS, Inductor's norm kernel alone, torch.compile default (and max-autotune), the fused kernel and
+this plugin, measured side by side in one run (do_bench medians, variants interleaved round-robin).
+
+    python benchmarks/postnorm.py --norm ln                 # the issue's sweep (41 shapes, ~10 min)
+    python benchmarks/postnorm.py --norm ln --part 1/2      # every other shape of it
+    python benchmarks/postnorm.py --norm rms --shapes 65536x256x1024 --json out.json
+
+hidden % = (t_norm + t_mm − t_fused) / t_norm: the share of the norm's own time (Inductor's kernel reading z and
+the residual) that the fusion removes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from prenorm import bench_round_robin, rel_err
+
+SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (256, 512, 1024, 2048, 4096)]
+LARGE = [(16384, 4096, 4096)]
+EPS = 1e-5
+NORM = "ln"  # set by --norm
+
+
+def norm(z, g, beta):
+    if NORM == "ln":
+        return F.layer_norm(z, (z.shape[-1],), g, beta, EPS)
+    return F.rms_norm(z, (z.shape[-1],), g, EPS)
+
+
+def block(x, w, b, r, g, beta):
+    return norm(F.linear(x, w, b) + r, g, beta)
+
+
+def run_shape(M, K, N, dtype, args) -> dict:
+    import norm_fusion_inductor as nfi
+    from norm_fusion_inductor.kernels import norm_gemm as kern
+
+    torch._dynamo.reset()
+    dev = "cuda"
+    x = torch.randn(M, K, device=dev, dtype=dtype)
+    w = (torch.randn(N, K, device=dev) / K**0.5).to(dtype)
+    b = torch.randn(N, device=dev, dtype=dtype)
+    r = torch.randn(M, N, device=dev, dtype=dtype)
+    g = (1 + 0.1 * torch.randn(N, device=dev)).to(dtype)
+    beta = (0.1 * torch.randn(N, device=dev)).to(dtype) if NORM == "ln" else None
+    inputs = (x, w, b, r, g, beta)
+    z = torch.addmm(b, x, w.t())
+    row = {"M": M, "K": K, "N": N, "dtype": str(dtype).replace("torch.", ""), "norm": NORM}
+    compile_t = {}
+
+    def compiled(label, fn, *example, **kw):
+        t0 = time.perf_counter()
+        c = torch.compile(fn, **kw)
+        c(*example)
+        torch.cuda.synchronize()
+        compile_t[label] = time.perf_counter() - t0
+        return c
+
+    norm_only = compiled("norm", lambda z, r, g, beta: norm(z + r, g, beta), z, r, g, beta)
+    default = compiled("default", block, *inputs)
+    nfi.clear_reports()
+    plugin = compiled("plugin", block, *inputs, backend="norm_fusion")
+    row["plugin_choice"] = [(s.fusion, s.rewritten, s.reason) for s in nfi.reports()]
+    nfi.clear_reports()
+    plugin_fused = compiled("plugin_fused", block, *inputs, backend="norm_fusion",
+                            options={"norm_fusion": {"policy": "always"}})
+    row["plugin_fused_impl"] = [s.implementation for s in nfi.reports() if s.rewritten]
+    plan = kern.post_tuned_plan(x, w, b, r, g, beta, EPS, layer_norm=NORM == "ln")
+    row["plan"] = plan
+
+    def fused(plan=plan):
+        return kern.matmul_norm(x, w, b, r, g, beta, EPS, layer_norm=NORM == "ln", plan=plan)[0]
+
+    y = torch.empty_like(z)
+    fns = {
+        "copy": lambda: y.copy_(z),
+        "mm": lambda: torch.addmm(b, x, w.t()),
+        "norm": lambda: norm_only(z, r, g, beta),
+        "default": lambda: default(*inputs),
+        "fused_kernel": fused,
+        "plugin_fused": lambda: plugin_fused(*inputs),
+        "plugin": lambda: plugin(*inputs),
+    }
+    if args.exchanges:  # the best config of each exchange, to see what each costs
+        for exchange in ("row", "spin", "last"):
+            plans = [p for p in kern._post_candidate_plans(x, N) if p[0] == exchange]
+            if plans:
+                best = kern._fastest(("bench", exchange, M, K, N, NORM), plans, lambda p: fused(p), timed=True)
+                fns[exchange] = (lambda p: (lambda: fused(p)))(best)
+    if not args.no_max_autotune:
+        fns["max_autotune"] = (lambda c: (lambda: c(*inputs)))(
+            compiled("max_autotune", block, *inputs, mode="max-autotune-no-cudagraphs"))
+
+    # correctness first, on this shape's inputs
+    ref = block(*(t.double() if t is not None else None for t in inputs))
+    row["err_fused"] = rel_err(fused(), ref)
+    row["err_plugin"] = rel_err(plugin(*inputs), ref)
+    row["err_plugin_fused"] = rel_err(plugin_fused(*inputs), ref)
+    row["err_default"] = rel_err(default(*inputs), ref)
+    row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=args.cudagraph).items()})
+    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    for impl in ("fused_kernel", "plugin", "plugin_fused"):
+        t = row[f"t_{impl}"]
+        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
+        row[f"ratio_{impl}"] = t / best_baseline
+    row["compile_s"] = compile_t
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="*", help="MxKxN ...")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--norm", choices=["rms", "ln"], default="ln")
+    p.add_argument("--no-max-autotune", action="store_true")
+    p.add_argument("--exchanges", action="store_true", help="also time the best plan of each exchange")
+    p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
+    p.add_argument("--part", default="1/1", help="i/n: the i-th of n slices of the shapes (to fit a device call)")
+    p.add_argument("--json")
+    args = p.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SWEEP + LARGE
+    part, parts = (int(v) for v in args.part.split("/"))
+    shapes = shapes[part - 1::parts]
+    global NORM
+    NORM = args.norm
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton "
+          f"{__import__('triton').__version__}  python {platform.python_version()}  "
+          f"{time.strftime('%Y-%m-%d %H:%M')}  norm={args.norm} (bias, residual, affine)", flush=True)
+    cols = ["t_copy", "t_mm", "t_norm", "t_default", "t_max_autotune", "t_row", "t_spin", "t_last",
+            "t_fused_kernel", "t_plugin_fused", "t_plugin"]
+    print("| M×K×N | " + " | ".join(c[2:] for c in cols) +
+          " | hidden % (plugin) | hidden % (kernel) | plugin / best | fused? | plan | err |", flush=True)
+    print("|" + "---|" * (len(cols) + 7), flush=True)
+    rows = []
+    for M, K, N in shapes:
+        try:
+            row = run_shape(M, K, N, getattr(torch, args.dtype), args)
+        except Exception as e:  # report and go on: one broken shape must not hide the others
+            print(f"| {M}×{K}×{N} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
+            continue
+        rows.append(row)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
+        cells = [f"{row[c]:.3f}" if c in row else "–" for c in cols]
+        print(f"| {M}×{K}×{N} | " + " | ".join(cells) +
+              f" | {100 * row['hidden_plugin']:.0f} | {100 * row['hidden_fused_kernel']:.0f} | "
+              f"{row['ratio_plugin']:.3f} | {'yes' if any(c[1] for c in row['plugin_choice']) else 'no'} | "
+              f"{row['plan'][0]} BN{row['plan'][1]['BLOCK_N']} | "
+              f"{max(row['err_plugin'], row['err_plugin_fused'], row['err_fused']):.1e} |", flush=True)
+    if rows:
+        for impl in ("plugin", "plugin_fused", "fused_kernel"):
+            hid = [r[f"hidden_{impl}"] for r in rows if r["N"] <= 4096]
+            print(f"{impl}: median hidden (N ≤ 4096) {100 * statistics.median(hid):.1f}%, best {100 * max(hid):.1f}%")
+        print(f"worst plugin / best baseline: {max(r['ratio_plugin'] for r in rows):.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

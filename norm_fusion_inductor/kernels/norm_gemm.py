@@ -1,0 +1,911 @@
+"""RMSNorm and LayerNorm fused into a persistent TMA GEMM: as its prologue (pre-norm, "Lazy Pre-Norm") or its
+epilogue (post-norm). One mainloop; the variants are constexpr flags.
+
+Math (design.md §1.1). With x [M, K], γ [K], W [N, K], b [N]:
+
+    rmsnorm(x) Wᵀ + b = rstd[:, None] · ((x · γ) Wᵀ) + b,     rstd = rsqrt(mean(x², -1) + eps)
+
+A row scale commutes with the matmul, so the kernel never writes the normalized tensor:
+
+* mainloop: for each K tile it loads the x tile (TMA), accumulates Σx² of its rows in fp32 from the tile it
+  already holds, scales the tile by γ[k-tile] (a per-column scale, independent of the reduction) and feeds it to
+  the tensor cores;
+* epilogue: acc · rstd[:, None] (+ b), stored through TMA; the CTAs of the first N tile also store rstd (M fp32)
+  for backward.
+
+That is the "in-loop" prologue. Its cost is the x tile's trip through registers every K step (for Σx² and γ),
+which the wgmma pipeline does not hide well at large K (measured: +25–35% over the plain GEMM at K ≥ 1024 on the
+H200). So there is a second prologue, "pre-pass": a row-reduction kernel reads x once for rstd (M floats out),
+γ is folded into the weight (W·γ, N·K elements), and the same GEMM mainloop runs with A straight from shared
+memory and scales rows by the loaded rstd in its epilogue. The normalized tensor is never written by either; the
+pre-pass reads x twice. ``rms_norm_matmul`` times both (each with its block configs) per shape and keeps the
+faster.
+
+LayerNorm (design.md §1.2), with u = W γ and v = W β + b (N floats each, computed per call):
+
+    LN(x) Wᵀ + b = rstd · ((x − μ)·γ) Wᵀ + v = rstd · (((x − s)·γ) Wᵀ − (μ − s)·u) + v
+
+* in-loop: s = x[m, 0]; the loop sums (x − s) and (x − s)² (no cancellation when |μ| ≫ σ, since x − s is of
+  the order of σ) and feeds (x − s)·γ to the tensor cores; the epilogue applies rstd · (acc − (μ − s)·u) + v;
+* pre-pass: the row kernel writes μ and rstd (same shifted sums); the GEMM runs on raw x against W·γ and the
+  epilogue applies rstd · (acc − μ·u) + v with u the column sums of the *rounded* W·γ the GEMM used, so the two
+  large terms cancel to fp32 accumulation error (∝ |μ|/σ), not to bf16 rounding.
+
+Post-norm (design.md §1.3), the norm of the GEMM's output row, z = x Wᵀ + b (+ residual):
+
+    RMSNorm: y = z · rsqrt(mean(z²) + eps) · γ        LayerNorm: y = (z − μ) · rsqrt(var(z) + eps) · γ + β
+
+(+ residual_out, a residual added after the norm: x + norm(o_proj(a)) in sandwich-norm models.)
+
+The epilogue adds the residual tile, optionally stores z (the residual stream, or what the backward reads), and
+needs the statistics of whole rows while a CTA holds a BLOCK_M × BLOCK_N tile of them. Three ways (EXCHANGE):
+
+* 0, "row": BLOCK_N ≥ N, the tile is the whole row; the statistics are exact two-pass sums in registers.
+* 1, "spin": the CTAs holding the N tiles of a row block exchange per-row partial statistics through global
+  memory and each normalizes its own tile in registers — the output is written once. Each CTA stores its
+  partials (Σz and Σ(z − tile mean)² for LayerNorm, combined with Chan's formula so nothing cancels; Σz² for
+  RMSNorm), increments the row block's counter (release) and spins until it reads T, the number of N tiles
+  (acquire). Deadlock-free by construction: tiles are ordered row block by row block, the persistent grid is a
+  multiple of T (so the T tiles of a row block run in the same round, on T different CTAs), and the launch is
+  cooperative (CUDA launches it only if every CTA of the grid is resident at once, else it fails — it never
+  waits for a CTA that cannot run).
+* 2, "last": no waiting at all. Each CTA stores its unnormalized z tile and partials and increments the counter;
+  the CTA that brings it to T normalizes the whole row block (z re-read from L2). Runs under any launch
+  (Inductor's direct launch, the CPU interpreter, which runs programs one after another and cannot run a spin);
+  costs a round trip of z through L2 and leaves the row block's normalization to one CTA.
+
+The pre-norm's backward (design.md §1.4, "fusion regrouping"; BWD_NORM) is the same row-wide epilogue on
+the dgrad GEMM dn = dY·W, whose output rows are the rows of x:
+
+    g = dn·γ,  x̂ = (x − μ)·rstd,  dx = rstd · (g − mean(g) − x̂ · mean(g·x̂))     (RMSNorm: no mean(g))
+
+with Σg and Σg·x̂ exchanged like the post-norm's statistics, and per-row-block column partials Σ dn·x̂ (dγ)
+and Σ dn (dβ) summed on the host side.
+
+The GEMM is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs, each walking
+output tiles in grouped (GROUP_M) order so consecutive tiles share A/B in L2. With ROW_STATS=False and
+HAS_GAMMA=False it is a plain GEMM, which the benchmark uses to measure the cost of the prologue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M row blocks advance together along N so their A tiles stay in L2."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def norm_gemm_kernel(
+    x_ptr, w_ptr, out_ptr, gamma_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
+    res_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr, count_ptr, res_out_ptr, xf_ptr, dcol_ptr,
+    M, N, K, inv_k, eps,
+    stride_xm, stride_wn, stride_om,
+    ROW_STATS: tl.constexpr,  # accumulate Σx² and scale rows by rstd (RMSNorm prologue)
+    ROW_SCALE: tl.constexpr,  # scale rows by rstd read from rstd_ptr (computed by the pre-pass)
+    CENTER: tl.constexpr,  # LayerNorm: subtract the row mean through u = column sums of W·γ (see module doc)
+    W_KN: tl.constexpr,  # the weight is stored [K, N] (x @ W, GPT-2's Conv1D) instead of [N, K] (x @ Wᵀ)
+    HAS_GAMMA: tl.constexpr,  # scale the A tile's columns by γ
+    HAS_BIAS: tl.constexpr,
+    WRITE_RSTD: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,  # "tf32" / "ieee" for fp32 inputs; ignored for 16-bit ones
+    POST_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the output rows (epilogue; module doc)
+    HAS_RESIDUAL: tl.constexpr,  # z = x Wᵀ + b + residual [M, N] (row stride stride_om)
+    WRITE_Z: tl.constexpr,  # store z [M, N] (row stride stride_om)
+    HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
+    HAS_RESIDUAL_OUT: tl.constexpr,  # y = norm(z) + residual_out [M, N] (a residual added after the norm)
+    BWD_NORM: tl.constexpr,  # 0, or 1 RMSNorm / 2 LayerNorm: the pre-norm's backward on the dgrad (module doc)
+    EXCHANGE: tl.constexpr,  # 0 row, 1 spin, 2 last (module doc)
+    TILES_POW2: tl.constexpr,  # next power of two ≥ the number of N tiles (the exchange reads all partials at once)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
+):
+    dtype = out_ptr.dtype.element_ty
+    # Inductor passes Python floats as fp64 scalars (Triton's own launcher: fp32); fp64 statistics spilled
+    # registers and cost 40 % at 262144x256x256 (H200, 2026-11-29)
+    inv_k, eps = tl.cast(inv_k, tl.float32), tl.cast(eps, tl.float32)
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if W_KN:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N])
+    if POST_NORM != 0:
+        # the residual and z through TMA too (pointer accesses in the accumulator's layout are 4-byte scattered
+        # loads); a flag that is off gets a descriptor of out, never used
+        r_desc = tl.make_tensor_descriptor(res_ptr if HAS_RESIDUAL else out_ptr, shape=[M, N],
+                                           strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+        z_desc = tl.make_tensor_descriptor(z_ptr if WRITE_Z else out_ptr, shape=[M, N], strides=[stride_om, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+        ro_desc = tl.make_tensor_descriptor(res_out_ptr if HAS_RESIDUAL_OUT else out_ptr, shape=[M, N],
+                                            strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # x² is summed elementwise into a register tile and reduced across the tile once after the loop:
+        # a row reduction per K step would put warp shuffles on the mainloop's critical path.
+        sum_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        if ROW_STATS and CENTER:
+            # shift each row by its first element: sums of (x − s) do not cancel when |mean| ≫ std
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            shift = tl.load(x_ptr + offs_m * stride_xm, mask=offs_m < M, other=0.0).to(tl.float32)
+            sum_x = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            a = x_desc.load([off_m, off_k])  # out-of-bounds rows/columns read as 0: harmless for Σx² and the dot
+            if W_KN:
+                b = w_desc.load([off_k, off_n])
+            else:
+                b = w_desc.load([off_n, off_k]).T
+            if ROW_STATS or HAS_GAMMA:
+                a32 = a.to(tl.float32)
+                if ROW_STATS and CENTER:
+                    offs_k = off_k + tl.arange(0, BLOCK_K)
+                    a32 = tl.where(offs_k[None, :] < K, a32 - shift[:, None], 0.0)
+                    sum_x += a32
+                if ROW_STATS:
+                    sum_sq += a32 * a32
+                if HAS_GAMMA:
+                    offs_k = off_k + tl.arange(0, BLOCK_K)
+                    g = tl.load(gamma_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
+                    a = (a32 * g[None, :]).to(a.dtype)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+        if ROW_STATS:
+            if CENTER:  # acc holds Σ (x−s)·γ·W; with μ' = mean(x − s): rstd · (acc − μ'·u)
+                mean_shifted = tl.sum(sum_x, axis=1) * inv_k
+                var = tl.sum(sum_sq, axis=1) * inv_k - mean_shifted * mean_shifted
+                rstd = tl.math.rsqrt(tl.maximum(var, 0.0) + eps)
+                offs_n = off_n + tl.arange(0, BLOCK_N)
+                u = tl.load(u_ptr + offs_n, mask=offs_n < N, other=0.0)
+                acc = (acc - mean_shifted[:, None] * u[None, :]) * rstd[:, None]
+            else:
+                rstd = tl.math.rsqrt(tl.sum(sum_sq, axis=1) * inv_k + eps)
+                acc = acc * rstd[:, None]
+            if WRITE_RSTD:
+                if pid_n == 0:
+                    offs_m = off_m + tl.arange(0, BLOCK_M)
+                    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+                    if CENTER:
+                        tl.store(mean_ptr + offs_m, shift + mean_shifted, mask=offs_m < M)
+        if ROW_SCALE:
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            row_rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
+            if CENTER:  # acc holds Σ x·(W·γ): rstd · (acc − μ·u), u the column sums of the same rounded W·γ
+                row_mean = tl.load(mean_ptr + offs_m, mask=offs_m < M, other=0.0)
+                offs_n = off_n + tl.arange(0, BLOCK_N)
+                u = tl.load(u_ptr + offs_n, mask=offs_n < N, other=0.0)
+                acc = (acc - row_mean[:, None] * u[None, :]) * row_rstd[:, None]
+            else:
+                acc = acc * row_rstd[:, None]
+        if HAS_BIAS:
+            offs_n = off_n + tl.arange(0, BLOCK_N)
+            bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+            acc = acc + bias[None, :]
+        if BWD_NORM != 0:
+            _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, post_w_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
+                                    count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
+                                    BWD_NORM == 2, HAS_POST_WEIGHT, EXCHANGE, TILES_POW2, BLOCK_M, BLOCK_N)
+        elif POST_NORM != 0:
+            _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
+                                part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
+                                num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
+                                HAS_POST_WEIGHT, HAS_POST_BIAS, HAS_RESIDUAL_OUT, EXCHANGE, TILES_POW2,
+                                BLOCK_M, BLOCK_N)
+        else:
+            o_desc.store([off_m, off_n], acc.to(dtype))
+
+
+@triton.jit
+def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr,
+                        count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n, num_pid_n, M, N, eps,
+                        stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
+                        HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr, HAS_RESIDUAL_OUT: tl.constexpr,
+                        EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes."""
+    dtype = out_ptr.dtype.element_ty
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    tile = offs_m[:, None] * stride_om + offs_n[None, :]
+    in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if HAS_RESIDUAL:
+        acc += r_desc.load([off_m, off_n]).to(tl.float32)
+    z = tl.where(in_tile, acc, 0.0)
+    if WRITE_Z:
+        if EXCHANGE == 2:  # the last CTA reads it back: plain stores, published by the release below
+            tl.store(z_ptr + tile, z.to(dtype), mask=in_tile)
+        else:
+            z_desc.store([off_m, off_n], z.to(dtype))
+    if EXCHANGE == 0:  # the tile holds whole rows
+        mean, var = _tile_moments(z, offs_n, N, LAYER_NORM)
+    else:
+        if EXCHANGE == 2 and not WRITE_Z:  # park the unnormalized tile where y goes; the last CTA reads it back
+            tl.store(out_ptr + tile, z.to(dtype), mask=in_tile)
+        tile_sum, tile_m2 = _tile_partials(z, offs_n, N, LAYER_NORM)
+        arrived = _exchange(part_ptr, count_ptr, tile_sum, tile_m2, pid_m, pid_n, num_pid_n, offs_m, M, EXCHANGE)
+        if EXCHANGE == 1:
+            mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
+    if EXCHANGE != 2:
+        rstd = tl.math.rsqrt(var + eps)
+        if pid_n == 0:
+            _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
+        y = _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM, HAS_POST_WEIGHT, HAS_POST_BIAS)
+        if HAS_RESIDUAL_OUT:
+            y += ro_desc.load([off_m, off_n]).to(tl.float32)
+        o_desc.store([off_m, off_n], y.to(dtype))
+    elif arrived == num_pid_n:  # the last CTA of this row block normalizes all of it
+        mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
+        rstd = tl.math.rsqrt(var + eps)
+        _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
+        src_ptr = z_ptr if WRITE_Z else out_ptr
+        for t in range(num_pid_n):
+            cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            t_tile = offs_m[:, None] * stride_om + cols[None, :]
+            t_mask = (offs_m[:, None] < M) & (cols[None, :] < N)
+            z_t = tl.load(src_ptr + t_tile, mask=t_mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+            y = _normalize(z_t, mean, rstd, post_w_ptr, post_b_ptr, cols, N, LAYER_NORM, HAS_POST_WEIGHT,
+                           HAS_POST_BIAS)
+            if HAS_RESIDUAL_OUT:
+                y += tl.load(res_out_ptr + t_tile, mask=t_mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + t_tile, y.to(dtype), mask=t_mask)
+
+
+@triton.jit
+def _exchange(part_ptr, count_ptr, p0, p1, pid_m, pid_n, num_pid_n, offs_m, M, EXCHANGE: tl.constexpr):
+    """Publish this N tile's two per-row partials ([2, num N tiles, M] fp32) and arrive at the row block's
+    counter; with the spin exchange wait until every N tile of the row block has arrived (module doc).
+    Returns the count this CTA saw: num_pid_n for the last to arrive (and after a spin)."""
+    tl.store(part_ptr + pid_n * M + offs_m, p0, mask=offs_m < M)
+    tl.store(part_ptr + (num_pid_n + pid_n) * M + offs_m, p1, mask=offs_m < M)
+    tl.debug_barrier()  # every thread's stores are issued before the release below publishes them
+    arrived = tl.atomic_add(count_ptr + pid_m, 1, sem="acq_rel", scope="gpu") + 1
+    if EXCHANGE == 1:
+        while arrived < num_pid_n:  # peers are co-resident: cooperative launch (module doc)
+            arrived = tl.atomic_add(count_ptr + pid_m, 0, sem="acquire", scope="gpu")
+    return arrived
+
+
+@triton.jit
+def _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
+    """All N tiles' partials of these rows in one [TILES_POW2, BLOCK_M] load each (a loop of dependent loads cost
+    a round trip to L2 per tile), 0 where there is no tile."""
+    t = tl.arange(0, TILES_POW2)
+    mask = (t[:, None] < num_tiles) & (offs_m[None, :] < M)
+    at = t[:, None] * M + offs_m[None, :]
+    p0 = tl.load(part_ptr + at, mask=mask, other=0.0, cache_modifier=".cg")
+    p1 = tl.load(part_ptr + num_tiles * M + at, mask=mask, other=0.0, cache_modifier=".cg")
+    return p0, p1, t, mask
+
+
+@triton.jit
+def _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM: tl.constexpr):
+    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+    if LAYER_NORM:
+        tl.store(mean_ptr + offs_m, mean, mask=offs_m < M)
+
+
+@triton.jit
+def _tile_moments(z, offs_n, N, LAYER_NORM: tl.constexpr):
+    """Row mean and variance (LayerNorm, two passes over the registers) or mean square (RMSNorm) of a tile
+    holding whole rows; z is 0 outside them."""
+    if LAYER_NORM:
+        mean = tl.sum(z, axis=1) / N
+        d = tl.where(offs_n[None, :] < N, z - mean[:, None], 0.0)
+        return mean, tl.sum(d * d, axis=1) / N
+    return tl.zeros_like(tl.sum(z, axis=1)), tl.sum(z * z, axis=1) / N
+
+
+@triton.jit
+def _tile_partials(z, offs_n, N, LAYER_NORM: tl.constexpr):
+    """Per-row partials of one N tile: (Σz, Σ(z − tile mean)²) for LayerNorm, (0, Σz²) for RMSNorm."""
+    if LAYER_NORM:
+        tile_sum = tl.sum(z, axis=1)
+        n_valid = tl.sum((offs_n < N).to(tl.float32), axis=0)
+        d = tl.where(offs_n[None, :] < N, z - (tile_sum / n_valid)[:, None], 0.0)
+        return tile_sum, tl.sum(d * d, axis=1)
+    return tl.zeros_like(tl.sum(z, axis=1)), tl.sum(z * z, axis=1)
+
+
+@triton.jit
+def _combine_partials(part_ptr, offs_m, M, N, num_tiles, BLOCK_N: tl.constexpr, TILES_POW2: tl.constexpr,
+                      LAYER_NORM: tl.constexpr):
+    """Row mean and variance from the N tiles' partials. LayerNorm: Chan's formula,
+    M2 = Σ_t M2_t + n_t (mean_t − mean)², so no large terms cancel when |mean| ≫ std."""
+    sums, m2, t, mask = _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2)
+    if LAYER_NORM:
+        mean = tl.sum(sums, axis=0) / N
+        n_t = tl.minimum(N - t * BLOCK_N, BLOCK_N).to(tl.float32)
+        d = tl.where(mask, sums / n_t[:, None] - mean[None, :], 0.0)
+        return mean, tl.sum(m2 + n_t[:, None] * d * d, axis=0) / N
+    return tl.zeros_like(tl.sum(m2, axis=0)), tl.sum(m2, axis=0) / N
+
+
+@triton.jit
+def _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM: tl.constexpr,
+               HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr):
+    if LAYER_NORM:
+        y = (z - mean[:, None]) * rstd[:, None]
+    else:
+        y = z * rstd[:, None]
+    if HAS_POST_WEIGHT:
+        y = y * tl.load(post_w_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if HAS_POST_BIAS:
+        y = y + tl.load(post_b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    return y
+
+
+@triton.jit
+def _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, gamma_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
+                            count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
+                            LAYER_NORM: tl.constexpr, HAS_GAMMA: tl.constexpr, EXCHANGE: tl.constexpr,
+                            TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The pre-norm's backward as the dgrad GEMM's epilogue (module doc): acc = dn = dY·W for these rows and
+    columns of x; dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dn·γ (RMSNorm: no mean(g)), the means over whole
+    rows through the exchange; and this row block's column partials Σ dn·x̂ (for dγ) and Σ dn (dβ)."""
+    dtype = out_ptr.dtype.element_ty
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    tile = offs_m[:, None] * stride_om + offs_n[None, :]
+    in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
+    if LAYER_NORM:
+        row_mean = tl.load(mean_ptr + offs_m, mask=offs_m < M, other=0.0)
+    else:
+        row_mean = tl.zeros_like(rstd)
+    dn = tl.where(in_tile, acc, 0.0)
+    x_hat = _x_hat(xf_ptr, tile, in_tile, row_mean, rstd)
+    tl.store(dcol_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
+    if LAYER_NORM:
+        tl.store(dcol_ptr + (num_pid_m + pid_m) * N + offs_n, tl.sum(dn, axis=0), mask=offs_n < N)
+    g = _times_gamma(dn, gamma_ptr, offs_n, N, HAS_GAMMA)
+    if EXCHANGE == 0:  # whole rows in the tile
+        sum_g, sum_gx = tl.sum(g, axis=1), tl.sum(g * x_hat, axis=1)
+    else:
+        if EXCHANGE == 2:  # park g where dx goes; the last CTA reads it back
+            tl.store(out_ptr + tile, g.to(dtype), mask=in_tile)
+        arrived = _exchange(part_ptr, count_ptr, tl.sum(g, axis=1), tl.sum(g * x_hat, axis=1), pid_m, pid_n,
+                            num_pid_n, offs_m, M, EXCHANGE)
+        if EXCHANGE == 1:
+            sum_g, sum_gx = _sum_partials(part_ptr, offs_m, M, num_pid_n, TILES_POW2)
+    if EXCHANGE != 2:
+        o_desc.store([off_m, off_n], _dx(g, x_hat, rstd, sum_g, sum_gx, N, LAYER_NORM).to(dtype))
+    elif arrived == num_pid_n:  # the last CTA of this row block finishes all of it
+        sum_g, sum_gx = _sum_partials(part_ptr, offs_m, M, num_pid_n, TILES_POW2)
+        for t in range(num_pid_n):
+            cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            t_tile = offs_m[:, None] * stride_om + cols[None, :]
+            t_mask = (offs_m[:, None] < M) & (cols[None, :] < N)
+            g_t = tl.load(out_ptr + t_tile, mask=t_mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+            x_hat_t = _x_hat(xf_ptr, t_tile, t_mask, row_mean, rstd)
+            tl.store(out_ptr + t_tile, _dx(g_t, x_hat_t, rstd, sum_g, sum_gx, N, LAYER_NORM).to(dtype), mask=t_mask)
+
+
+@triton.jit
+def _x_hat(xf_ptr, tile, mask, row_mean, rstd):
+    x = tl.load(xf_ptr + tile, mask=mask, other=0.0).to(tl.float32)
+    return tl.where(mask, (x - row_mean[:, None]) * rstd[:, None], 0.0)
+
+
+@triton.jit
+def _times_gamma(v, gamma_ptr, offs_n, N, HAS_GAMMA: tl.constexpr):
+    if HAS_GAMMA:
+        return v * tl.load(gamma_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    return v
+
+
+@triton.jit
+def _dx(g, x_hat, rstd, sum_g, sum_gx, N, LAYER_NORM: tl.constexpr):
+    d = g - x_hat * (sum_gx / N)[:, None]
+    if LAYER_NORM:
+        d = d - (sum_g / N)[:, None]
+    return d * rstd[:, None]
+
+
+@triton.jit
+def _sum_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
+    p0, p1, t, mask = _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2)
+    return tl.sum(p0, axis=0), tl.sum(p1, axis=0)
+
+
+@triton.jit
+def row_stats_kernel(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, inv_k, eps, CENTER: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The pre-pass, one read of x: rstd[m] = rsqrt(mean(x²) + eps) (RMSNorm), or with CENTER mean[m] and
+    rstd[m] = rsqrt(var + eps) (LayerNorm, from sums of x − x[m, 0], which do not cancel)."""
+    inv_k, eps = tl.cast(inv_k, tl.float32), tl.cast(eps, tl.float32)  # fp64 when Inductor launches it
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if CENTER:
+        shift = tl.load(x_ptr + rows * stride_xm, mask=rows < M, other=0.0).to(tl.float32)
+        sum_x = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        cols = k + tl.arange(0, BLOCK_K)
+        mask = (rows[:, None] < M) & (cols[None, :] < K)
+        v = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if CENTER:
+            v = tl.where(mask, v - shift[:, None], 0.0)
+            sum_x += v
+        sum_sq += v * v
+    if CENTER:
+        mean_shifted = tl.sum(sum_x, axis=1) * inv_k
+        var = tl.sum(sum_sq, axis=1) * inv_k - mean_shifted * mean_shifted
+        tl.store(mean_ptr + rows, shift + mean_shifted, mask=rows < M)
+        tl.store(rstd_ptr + rows, tl.math.rsqrt(tl.maximum(var, 0.0) + eps), mask=rows < M)
+    else:
+        tl.store(rstd_ptr + rows, tl.math.rsqrt(tl.sum(sum_sq, axis=1) * inv_k + eps), mask=rows < M)
+
+
+# Hopper configs. BLOCK_M=128 is one wgmma warpgroup tile per 4 warps; the K tile is 64 or 128 (128 B or 256 B
+# rows for 16-bit types, what TMA swizzles best); BLOCK_N 128/256 trades L2 reuse against registers.
+_GPU_CONFIGS = [
+    dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=s, num_warps=w, WARP_SPECIALIZE=False,
+         FLATTEN=fl)
+    for (bm, bn, bk, s, w, fl) in [
+        (128, 256, 64, 3, 8, False),
+        (128, 256, 64, 3, 8, True),
+        (128, 128, 64, 4, 4, True),
+        (128, 128, 64, 4, 8, False),
+        (128, 128, 128, 3, 8, False),
+    ]
+]
+# Warp specialization (tl.range(..., warp_specialize=True)) is left out: in Triton 3.6 its pass failed to compile
+# the row-statistics variant on sm_90 (NVGPUWarpSpecialization, 2026-11-29), see NOTES.md.
+# Small blocks for the CPU interpreter: it runs one program at a time in numpy.
+_INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1,
+                           WARP_SPECIALIZE=False, FLATTEN=False)
+
+
+def _env_interpret() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need a small global scratch buffer from Triton's allocator."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, device="cuda", dtype=torch.int8)
+
+        triton.set_allocator(alloc)
+
+
+def _launcher(kernel, x: torch.Tensor):
+    """The kernel itself when called on real tensors; wrapped by ``torch.library.wrap_triton`` while Inductor's
+    pass traces the op into its graph (fake/functional tensors), so the generated code launches it directly."""
+    if isinstance(x, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor)):
+        return torch.library.wrap_triton(kernel)
+    return kernel
+
+
+def _bucket(m: int) -> int:
+    """Autotuning key for M: one tuning per power of two, so varying batch sizes do not retune every call."""
+    return 1 << max(m - 1, 0).bit_length()
+
+
+_TUNED: dict = {}
+
+
+@dataclasses.dataclass
+class RowNorm:
+    """Operands of an epilogue that needs whole output rows (module doc): the post-norm, y = norm(x Wᵀ + b +
+    residual) to ``out``; or, with ``backward_of``, the pre-norm's backward on the dgrad GEMM, dx to ``out``."""
+
+    layer_norm: bool
+    exchange: str  # "row" | "spin" | "last"
+    residual: torch.Tensor | None = None  # [M, N], row stride N
+    residual_out: torch.Tensor | None = None  # [M, N], added after the norm
+    z: torch.Tensor | None = None  # [M, N] to store z in, or None
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    mean: torch.Tensor | None = None  # [M] fp32, LayerNorm (written by the post-norm, read by the backward)
+    backward_of: torch.Tensor | None = None  # the pre-norm's input x [M, N]: this is its backward
+    dcol: torch.Tensor | None = None  # backward: [2, M tiles, N] fp32 column partials of dγ and dβ
+
+
+EXCHANGES = {"row": 0, "spin": 1, "last": 2}
+
+
+def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=False, mean=None, u=None,
+            w_kn=False, post: RowNorm | None = None):
+    M, K = x.shape
+    N = out.shape[1]
+    if x.is_cuda:
+        num_sms = _num_sms(x.device.index or 0)
+        _ensure_allocator()
+    else:
+        num_sms = 4
+    n_tiles = triton.cdiv(N, cfg["BLOCK_N"])
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * n_tiles
+    grid_size = min(num_sms, tiles)
+    dot_precision = "ieee"
+    if x.dtype == torch.float32 and x.is_cuda and torch.backends.cuda.matmul.allow_tf32:
+        dot_precision = "tf32"
+    dummy = x  # never read or written: the flags that would touch it are off
+    post_args = (dummy,) * 9
+    options = {}
+    stride = num_sms  # the persistent loop's stride; a grid smaller than it runs one round
+    if post is not None:
+        exchange = EXCHANGES[post.exchange]
+        assert exchange != 0 or n_tiles == 1, "the row exchange needs BLOCK_N >= N"
+        partials = counts = dummy
+        if exchange:
+            # both exchanges want the N tiles of a row block on consecutive tile ids (GROUP_M 1)
+            cfg = dict(cfg, GROUP_M=1)
+            partials = torch.empty(2 * n_tiles * M, device=x.device, dtype=torch.float32)
+            counts = torch.zeros(triton.cdiv(M, cfg["BLOCK_M"]), device=x.device, dtype=torch.int32)
+        if exchange == 1:
+            # a whole number of row blocks per round, all CTAs resident at once (else the launch fails)
+            grid_size = stride = grid_size // n_tiles * n_tiles
+            assert grid_size > 0, "more N tiles than SMs: no spin exchange"
+            options["launch_cooperative_grid"] = True
+        post_args = (*(t if t is not None else dummy for t in (post.residual, post.z, post.weight, post.bias)),
+                     partials, counts,
+                     *(t if t is not None else dummy for t in (post.residual_out, post.backward_of, post.dcol)))
+        mean = post.mean
+    backward = post is not None and post.backward_of is not None
+    _launcher(norm_gemm_kernel, x)[(grid_size,)](
+        x, w, out,
+        *(t if t is not None else dummy for t in (gamma, bias, rstd, mean, u)),
+        *post_args,
+        M, N, K, 1.0 / K, eps,
+        x.stride(0), w.stride(0), out.stride(0),
+        ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None and post is None, W_KN=w_kn,
+        HAS_GAMMA=gamma is not None, HAS_BIAS=bias is not None, WRITE_RSTD=row_stats and rstd is not None,
+        DOT_PRECISION=dot_precision,
+        POST_NORM=0 if post is None or backward else 2 if post.layer_norm else 1,
+        BWD_NORM=(2 if post.layer_norm else 1) if backward else 0,
+        HAS_RESIDUAL=post is not None and post.residual is not None,
+        WRITE_Z=post is not None and post.z is not None,
+        HAS_POST_WEIGHT=post is not None and post.weight is not None,
+        HAS_POST_BIAS=post is not None and post.bias is not None,
+        HAS_RESIDUAL_OUT=post is not None and post.residual_out is not None,
+        EXCHANGE=EXCHANGES[post.exchange] if post is not None else 0,
+        TILES_POW2=triton.next_power_of_2(n_tiles) if post is not None and post.exchange != "row" else 1,
+        NUM_SMS=stride, **cfg, **options,
+    )
+
+
+def _row_stats(x, rstd, mean, eps):
+    M, K = x.shape
+    block_k = min(triton.next_power_of_2(K), 1024 if x.is_cuda else 32)
+    block_m = 8 if x.is_cuda else 4
+    _launcher(row_stats_kernel, x)[(triton.cdiv(M, block_m),)](
+        x, mean if mean is not None else x, rstd, M, K, x.stride(0), 1.0 / K, eps, CENTER=mean is not None,
+        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=8 if x.is_cuda else 1)
+
+
+def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None, w_kn=False):
+    """Run one plan: ("in_loop" | "pre_pass" | "plain", block config). With ``mean`` given it is LayerNorm
+    (γ, β optional), else RMSNorm. ``w_kn``: w is stored [K, N] (x @ w) instead of [N, K] (x @ wᵀ)."""
+    prologue, cfg = plan
+    center = mean is not None
+    k_dim = 0 if w_kn else 1  # w's K axis
+    if center:  # β and the linear's bias become one epilogue bias: v = W β + b (fp32)
+        bias = _fold_bias(w, beta, bias, k_dim)
+    if prologue == "in_loop":
+        if gamma is None:
+            # The x tile must reach the tensor cores through registers (where Σx² reads it): fed straight from
+            # shared memory next to the register read, Triton 3.6 miscompiled it on sm_90 (errors ~0.2 in
+            # bf16/fp16, 2026-11-29). A γ of ones takes the register path.
+            gamma = torch.ones(x.shape[1], device=x.device, dtype=x.dtype)
+        u = _matvec(w, gamma, k_dim) if center else None  # u[n] = Σ_k W[n, k] γ[k]
+        _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=True, mean=mean, u=u, w_kn=w_kn)
+    elif prologue == "pre_pass":
+        _row_stats(x, rstd, mean, eps)
+        w_eff = _fold(w, gamma, k_dim)  # γ folded into the weight: A goes straight to the wgmma
+        # column sums of the rounded W·γ the GEMM uses, accumulated in fp32 without an fp32 copy of W
+        u = w_eff.sum(k_dim, dtype=torch.float32) if center else None
+        _launch(x, w_eff, out, None, bias, rstd, eps, cfg, row_scale=True, mean=mean, u=u, w_kn=w_kn)
+    else:  # "plain": the bare GEMM (x·γ folded the same way), to measure what the prologues cost
+        _launch(x, _fold(w, gamma, k_dim), out, None, bias, None, eps, cfg, w_kn=w_kn)
+
+
+def _matvec(w, v, k_dim):
+    """Σ_k W[n, k] v[k] in fp32, for w stored [N, K] (k_dim 1) or [K, N] (k_dim 0)."""
+    return w.float() @ v.float() if k_dim == 1 else v.float() @ w.float()
+
+
+def _fold(w, gamma, k_dim=1):
+    """W · diag(γ) along K, in W's dtype (γ may be fp32, e.g. Gemma's 1 + w)."""
+    if gamma is None:
+        return w
+    return (w * (gamma if k_dim == 1 else gamma[:, None])).to(w.dtype)
+
+
+def _fold_bias(w, beta, bias, k_dim=1):
+    """v = W β (+ b): β pushed through the linear, in fp32."""
+    if beta is None:
+        return bias
+    v = _matvec(w, beta, k_dim)
+    return v + bias.float() if bias is not None else v
+
+
+def unsupported_shape_reason(dtype: torch.dtype, K: int, N: int, device: torch.device,
+                             center: bool = False) -> str | None:
+    """What the kernel cannot take whatever the tensors' layout (the pass checks this at compile time).
+    ``center``: LayerNorm."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {dtype} not supported"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
+        return "tensor descriptors need sm_90 or newer"
+    if center and device.type == "cuda" and dtype == torch.float32:
+        # the pre-pass, the only LayerNorm plan on the GPU, loses accuracy at |mean| >> std in fp32 (module doc)
+        return "fp32 LayerNorm has no GPU kernel plan within the unfused path's error"
+    elem = torch.empty((), dtype=dtype).element_size()
+    if (K * elem) % 16 or (N * elem) % 16:
+        return f"K={K} or N={N} rows are not 16-byte aligned (TMA)"
+    return None
+
+
+def supports(x: torch.Tensor, w: torch.Tensor, w_kn: bool = False, center: bool = False) -> str | None:
+    """None if the kernel can run these operands, else the reason it cannot (logged by the caller)."""
+    if x.dim() != 2 or w.dim() != 2:
+        return "kernel takes 2-D operands"
+    if w.dtype != x.dtype:
+        return f"weight dtype {w.dtype} differs from input dtype {x.dtype}"
+    if x.device.type != "cuda" and not _env_interpret():
+        return f"no Triton kernel for device {x.device.type}"
+    reason = unsupported_shape_reason(x.dtype, x.shape[1], w.shape[1 if w_kn else 0], x.device, center)
+    if reason is not None:
+        return reason
+    for name, t in (("input", x), ("weight", w)):
+        if t.stride(-1) != 1:
+            return f"{name} is not contiguous in its last dim"
+        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return f"{name} rows are not 16-byte aligned (TMA)"
+    return None
+
+
+PROLOGUES = ("in_loop", "pre_pass")
+
+
+def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
+    prologues = PROLOGUES
+    if center and x.is_cuda:
+        # LayerNorm in-loop on sm_90 (Triton 3.6) gave relative errors of 0.38 and 0.05 with two of the five
+        # block configs (BLOCK_N 256 unflattened, BLOCK_K 128) at 4096x1024x768 while the others and the
+        # interpreter were right: a miscompile, not the algebra (benchmarks/kernel_check.py, 2026-11-29).
+        # Until it is understood, the GPU runs LayerNorm through the pre-pass only, which was right everywhere.
+        prologues = ("pre_pass",)
+    elif center and x.dtype == torch.float32:
+        # LayerNorm pre-pass: its mean correction cancels to fp32 accumulation error ∝ |μ|/σ, measured 3.5x the
+        # unfused error at |μ| = 1000σ in fp32 (16-bit inputs: within it). The in-loop shift has no such term.
+        prologues = ("in_loop",)
+    if not x.is_cuda:
+        return [(prologue, _INTERPRETER_CONFIG) for prologue in prologues]
+    configs = _GPU_CONFIGS
+    if x.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
+        configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
+    return [(prologue, cfg) for prologue in prologues for cfg in configs]
+
+
+def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:
+    """Time every (prologue, config) once per (M bucket, N, K, dtype, flags) and cache the fastest."""
+    M, K = x.shape
+    N = w.shape[1 if w_kn else 0]
+    key = (_bucket(M), N, K, x.dtype, x.device.type, gamma is not None, bias is not None, beta is not None,
+           center, w_kn, tuple(prologues))
+    if key in _TUNED:
+        return _TUNED[key]
+    plans = [p for p in _candidate_plans(x, center) if p[0] in prologues]
+    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    mean = torch.empty(M, device=x.device, dtype=torch.float32) if center else None
+    return _fastest(key, plans, lambda plan: _run(plan, x, w, out, rstd, eps, gamma=gamma, bias=bias, mean=mean,
+                                                  beta=beta, w_kn=w_kn), timed=x.is_cuda)
+
+
+def _fastest(key, plans: list, run, timed: bool) -> tuple:
+    """The fastest of ``plans`` by ``run(plan)``, cached under ``key``; the first one untimed (interpreter)."""
+    if key in _TUNED:
+        return _TUNED[key]
+    if not timed:
+        _TUNED[key] = plans[0]  # the interpreter cannot time anything meaningful
+        return plans[0]
+    from triton.testing import do_bench_cudagraph
+
+    best, best_ms = None, float("inf")
+    for plan in plans:
+        try:
+            run(plan)  # compile outside the graph capture
+            # GPU time only (graph replay): tuning may run inside Inductor's compile, where host-side overhead
+            # is inflated by the Python dispatcher and would pick configs by launch cost
+            ms = do_bench_cudagraph(lambda: run(plan), rep=20, return_mode="median")
+        except Exception:  # a config that does not compile or fit (shared memory) is skipped
+            continue
+        if ms < best_ms:
+            best, best_ms = plan, ms
+    if best is None:
+        raise RuntimeError(f"no norm_gemm plan compiled for {key}")
+    _TUNED[key] = best
+    return best
+
+
+def rms_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, w: torch.Tensor, bias: torch.Tensor | None,
+                    eps: float, *, plan: tuple | None = None, w_kn: bool = False):
+    """out = rmsnorm(x; γ, eps) @ wᵀ + bias and rstd [M] (fp32); x [M, K], w [N, K] (or [K, N] with w_kn: x @ w).
+
+    ``plan`` = (prologue, block config) forces one variant (tests, benchmarks); by default the fastest measured
+    one. The prologue "plain" runs the bare GEMM without the norm (rstd is then left unwritten)."""
+    M, K = x.shape
+    out = torch.empty(M, w.shape[1 if w_kn else 0], device=x.device, dtype=x.dtype)
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    if M == 0:
+        return out, rstd
+    gamma = gamma.contiguous() if gamma is not None else None
+    bias = bias.contiguous() if bias is not None else None
+    plan = plan or tuned_plan(x, w, gamma, bias, eps, w_kn=w_kn)
+    _run(plan, x, w, out, rstd, eps, gamma=gamma, bias=bias, w_kn=w_kn)
+    return out, rstd
+
+
+def layer_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.Tensor | None, w: torch.Tensor,
+                      bias: torch.Tensor | None, eps: float, *, plan: tuple | None = None, w_kn: bool = False):
+    """out = layernorm(x; γ, β, eps) @ wᵀ + bias, mean [M] and rstd [M] (fp32); x [M, K], w [N, K] (or [K, N]
+    with w_kn).
+
+    LN(x) Wᵀ + b = rstd · ((x − μ)·γ) Wᵀ + (W β + b) (design.md §1.2); the kernel gets (x − μ) through the
+    column sums u of W·γ and never writes the normalized tensor."""
+    M, K = x.shape
+    out = torch.empty(M, w.shape[1 if w_kn else 0], device=x.device, dtype=x.dtype)
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    mean = torch.empty(M, device=x.device, dtype=torch.float32)
+    if M == 0:
+        return out, mean, rstd
+    gamma, beta, bias = (t.contiguous() if t is not None else None for t in (gamma, beta, bias))
+    plan = plan or tuned_plan(x, w, gamma, bias, eps, beta=beta, center=True, w_kn=w_kn)
+    _run(plan, x, w, out, rstd, eps, gamma=gamma, bias=bias, mean=mean, beta=beta, w_kn=w_kn)
+    return out, mean, rstd
+
+
+# --- post-norm: y = norm(x Wᵀ + b + residual) -------------------------------------------------------------------
+
+def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
+    """("row" | "spin" | "last", block config): whole-row tiles when N fits one (≤ 256, TMA's largest box),
+    else an exchange between the N tiles of a row block."""
+    if not x.is_cuda:
+        plans = [("last", _INTERPRETER_CONFIG)]
+        if N <= 64:
+            plans.insert(0, ("row", dict(_INTERPRETER_CONFIG, BLOCK_N=max(16, triton.next_power_of_2(N)))))
+        return plans
+    bk = 32 if x.dtype == torch.float32 else 64
+    plans = []
+    if N <= 256:
+        bn = max(64, triton.next_power_of_2(N))
+        plans += [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
+                               WARP_SPECIALIZE=False, FLATTEN=fl))
+                  for bm, st, w, fl in ((128, 3, 8, False), (64, 4, 4, False))]
+        # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB)
+    num_sms = _num_sms(x.device.index or 0)
+    # (flattened persistent loops measured slower here: 0.41 vs 0.17 ms at 65536x256x1024, 0.159 vs 0.152 ms for
+    # the row exchange at 262144x256x256; benchmarks/post_configs.py, H200, 2026-11-29)
+    for bn, st, fl in ((256, 3, False), (128, 4, False)):
+        if 1 < triton.cdiv(N, bn) <= num_sms:
+            plans.append(("spin", dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_stages=st, num_warps=8,
+                                       WARP_SPECIALIZE=False, FLATTEN=fl)))
+    if not plans:
+        # the last-arriver exchange was 2.4x slower than the spin at 65536x1024x4096 (H200, 2026-11-29): the
+        # last CTA's serial pass over the row block dominates; kept for grids the spin cannot take
+        plans.append(("last", dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, GROUP_M=1, num_stages=4, num_warps=8,
+                                   WARP_SPECIALIZE=False, FLATTEN=False)))
+    return plans
+
+
+def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
+              residual_out=None):
+    post = RowNorm(layer_norm, plan[0], residual=residual, z=z, weight=norm_weight, bias=norm_bias, mean=mean,
+                    residual_out=residual_out)
+    _launch(x, w, out, None, bias, rstd, eps, plan[1], w_kn=w_kn, post=post)
+
+
+def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_norm, write_z=False, w_kn=False,
+                    residual_out=None):
+    """Time every (exchange, config) once per (M bucket, N, K, dtype, flags) and cache the fastest."""
+    M, K = x.shape
+    N = w.shape[1 if w_kn else 0]
+    key = ("post", _bucket(M), N, K, x.dtype, x.device.type, layer_norm, write_z, w_kn,
+           *(t is not None for t in (bias, residual, norm_weight, norm_bias, residual_out)))
+    if key in _TUNED:
+        return _TUNED[key]
+    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    z = torch.empty_like(out) if write_z else None
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    mean = torch.empty_like(rstd) if layer_norm else None
+    return _fastest(key, _post_candidate_plans(x, N), lambda plan: _run_post(
+        plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn, residual_out),
+        timed=x.is_cuda)
+
+
+def post_norm_unsupported_reason(dtype, K: int, N: int, M: int, device: torch.device) -> str | None:
+    """What the post-norm epilogue cannot take on top of the mainloop's limits (unsupported_shape_reason)."""
+    if M * N >= 2 ** 31:
+        return f"M*N = {M * N} overflows the epilogue's 32-bit offsets"
+    return unsupported_shape_reason(dtype, K, N, device)
+
+
+def matmul_norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
+                norm_weight: torch.Tensor | None, norm_bias: torch.Tensor | None, eps: float, *, layer_norm: bool,
+                write_z: bool = False, plan: tuple | None = None, w_kn: bool = False,
+                residual_out: torch.Tensor | None = None):
+    """y = norm(z) (+ residual_out), z = x @ wᵀ + bias + residual, RMSNorm or (``layer_norm``) LayerNorm over z's
+    rows, with the norm's weight and bias; x [M, K], w [N, K] (or [K, N] with w_kn), residual and residual_out
+    [M, N] contiguous.
+
+    Returns (y, z if ``write_z`` else None, mean [M] fp32 (LayerNorm) or None, rstd [M] fp32). ``plan`` =
+    (exchange, block config) forces a variant (tests, benchmarks); by default the fastest measured one."""
+    M, K = x.shape
+    N = w.shape[1 if w_kn else 0]
+    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    z = torch.empty(M, N, device=x.device, dtype=x.dtype) if write_z else None
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    mean = torch.empty(M, device=x.device, dtype=torch.float32) if layer_norm else None
+    if M == 0:
+        return out, z, mean, rstd
+    bias, residual, norm_weight, norm_bias, residual_out = (
+        t.contiguous() if t is not None else None for t in (bias, residual, norm_weight, norm_bias, residual_out))
+    plan = plan or post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, layer_norm=layer_norm,
+                                   write_z=write_z, w_kn=w_kn, residual_out=residual_out)
+    _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
+              residual_out)
+    return out, z, mean, rstd
+
+
+# --- the pre-norm's backward on the dgrad GEMM ----------------------------------------------------------------------
+
+def norm_backward_dgrad(dy: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                        mean: torch.Tensor | None, gamma: torch.Tensor | None, *, layer_norm: bool,
+                        w_kn: bool = False, plan: tuple | None = None):
+    """dx, dγ, dβ of out = (x̂·γ + β) Wᵀ (+ b) given dY = dy [M, N], the saved x [M, K], rstd [M] and (LayerNorm)
+    mean [M] (design.md §1.4, "fusion regrouping"): dn = dY·W runs on the shared mainloop (W the forward weight
+    [N, K], or [K, N] with w_kn) and the norm's backward is its epilogue — dx = rstd·(g − mean(g) − x̂·mean(g·x̂)),
+    g = dn·γ, with the row means exchanged between the CTAs of a row block as in the post-norm; dγ = Σ_rows dn·x̂
+    and dβ = Σ_rows dn from per-row-block column partials (deterministic). dβ is None for RMSNorm."""
+    M, K = x.shape
+    dx = torch.empty_like(x)
+
+    def run(plan):
+        dcol = torch.empty(2, triton.cdiv(M, plan[1]["BLOCK_M"]), K, device=x.device, dtype=torch.float32)
+        post = RowNorm(layer_norm, plan[0], weight=gamma, mean=mean, backward_of=x, dcol=dcol)
+        _launch(dy, w, dx, None, None, rstd, 0.0, plan[1], w_kn=not w_kn, post=post)
+        return dcol
+
+    if plan is None:
+        key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None)
+        plan = _fastest(key, _post_candidate_plans(x, K), run, timed=x.is_cuda)
+    dcol = run(plan)
+    return dx, dcol[0].sum(0), dcol[1].sum(0) if layer_norm else None

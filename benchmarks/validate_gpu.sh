@@ -4,6 +4,7 @@
 #   bash benchmarks/validate_gpu.sh sweep    # the RMS sweep, lean, with the recompiled-default control (~7 min)
 #   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
+#   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -28,6 +29,14 @@ ln)
     python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --json "$OUT/prenorm_ln.json" \
         --shapes $(python3 -c "from benchmarks.prenorm import SWEEP; print(' '.join('%dx%dx%d' % s for s in SWEEP))") \
         2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+    ;;
+backward)
+    python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line 2>&1 \
+        | tail -8 | tee "$OUT/backward_tests.log"
+    for n in rms ln; do
+        python3 benchmarks/backward.py --norm $n --no-max-autotune --json "$OUT/backward_$n.json" \
+            --shapes 65536x1024x1024 65536x2048x256 65536x256x2048 2>&1 | tail -4 | cut -c1-600
+    done
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

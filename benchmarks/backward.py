@@ -1,0 +1,156 @@
+"""Norm → linear training step (forward + backward) on the GPU: torch.compile default (and max-autotune) of the
+eager block against the fused ops, with the fused backward (the norm's backward on the dgrad GEMM,
+NORM_FUSION_FUSED_BACKWARD=1) and without it; do_bench medians, interleaved; peak memory of each step.
+
+    python benchmarks/backward.py --norm rms --shapes 65536x1024x1024 --json backward.json
+    python benchmarks/backward.py --check-only --shapes 64x48x40      # CPU (interpreter): gradients only
+
+hidden % = (t_norm + t_mm − t_fused) / t_norm, where t_norm is torch.compile of the norm alone, forward and
+backward, and t_mm the three cuBLAS GEMMs of the linear's forward and backward (out, dx̂, dW).
+A step is `out = block(x); dx, dγ, dW = autograd.grad(out, ..., dy)`.
+
+The fused ops' backward serves eager calls; compiled training graphs still run Inductor's backward (issue 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+SWEEP = [(65536, k, n) for k in (256, 1024, 2048) for n in (256, 1024, 2048)]
+EPS = 1e-6
+
+
+def rel_err(out, ref) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def make(M, K, N, dtype, device, norm):
+    g = torch.Generator(device=device).manual_seed(M + K + N)
+    x = torch.randn(M, K, device=device, generator=g).to(dtype).requires_grad_()
+    gamma = (1 + 0.1 * torch.randn(K, device=device, generator=g)).to(dtype).requires_grad_()
+    beta = (0.1 * torch.randn(K, device=device, generator=g)).to(dtype).requires_grad_() if norm == "ln" else None
+    w = (torch.randn(N, K, device=device, generator=g) / K**0.5).to(dtype).requires_grad_()
+    dy = torch.randn(M, N, device=device, generator=g).to(dtype)
+    return x, gamma, beta, w, dy
+
+
+def block(x, gamma, beta, w, norm):
+    h = F.layer_norm(x, (x.shape[-1],), gamma, beta, EPS) if norm == "ln" else F.rms_norm(x, (x.shape[-1],), gamma, EPS)
+    return F.linear(h, w)
+
+
+def fused_block(x, gamma, beta, w, norm):
+    if norm == "ln":
+        return torch.ops.norm_fusion.layer_norm_linear(x, gamma, beta, w, None, EPS)[0]
+    return torch.ops.norm_fusion.rms_norm_linear(x, gamma, w, None, EPS)[0]
+
+
+def step(fn, params, dy):
+    def run():
+        return torch.autograd.grad(fn(*params), [p for p in params if p is not None], dy)
+    return run
+
+
+def fused_step(params, dy, norm, fused_backward: bool):
+    def run():
+        os.environ["NORM_FUSION_FUSED_BACKWARD"] = "1" if fused_backward else "0"
+        return torch.autograd.grad(fused_block(*params, norm), [p for p in params if p is not None], dy)
+    return run
+
+
+def run_shape(M, K, N, args) -> dict:
+    import norm_fusion_inductor  # noqa: F401  (registers the ops)
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, args.dtype) if dev == "cuda" else torch.float32
+    x, gamma, beta, w, dy = make(M, K, N, dtype, dev, args.norm)
+    params = (x, gamma, beta, w)
+    row = {"M": M, "K": K, "N": N, "norm": args.norm, "dtype": str(dtype)}
+    ref = torch.autograd.grad(block(*(p.double() if p is not None else None for p in params), args.norm),
+                              [p for p in params if p is not None], dy.double())
+    # pre-norm ops: gradients of (x, γ, β, W); poisoned nothing to poison: autograd.grad returns fresh tensors
+    variants = {"fused_bwd": fused_step(params, dy, args.norm, True),
+                "fused_fwd_only": fused_step(params, dy, args.norm, False)}
+    for name, fn in variants.items():
+        row[f"err_{name}"] = max(rel_err(a, b) for a, b in zip(fn(), ref))
+    if args.check_only:
+        return row
+    from triton.testing import do_bench
+
+    torch._dynamo.reset()
+    default = torch.compile(lambda *p: block(*p, args.norm))
+    norm_only = torch.compile(lambda x, g, b: (F.layer_norm(x, (K,), g, b, EPS) if args.norm == "ln"
+                                                else F.rms_norm(x, (K,), g, EPS)))
+    h = norm_only(x, gamma, beta).detach().requires_grad_()
+    fns = {
+        "default": step(lambda *p: default(*p), params, dy),
+        "norm": lambda: torch.autograd.grad(norm_only(x, gamma, beta), [p for p in (x, gamma, beta) if p is not None],
+                                            h.detach()),
+        "mm": lambda: (torch.mm(h, w.t()), torch.mm(dy, w), torch.mm(dy.t(), h)),
+        **variants,
+    }
+    if not args.no_max_autotune:
+        mat = torch.compile(lambda *p: block(*p, args.norm), mode="max-autotune-no-cudagraphs")
+        fns["max_autotune"] = step(lambda *p: mat(*p), params, dy)
+    row["err_default"] = max(rel_err(a, b) for a, b in zip(fns["default"](), ref))
+    for fn in fns.values():  # compile and tune outside the timing
+        fn()
+    times = {k: [] for k in fns}
+    peak = {}
+    for _ in range(2):
+        for name, fn in fns.items():
+            times[name].append(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+    for name, fn in fns.items():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+    row.update({f"t_{k}": statistics.median(v) for k, v in times.items()})
+    row["peak_mib"] = peak
+    best = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    for name in variants:
+        row[f"hidden_{name}"] = (row["t_norm"] + row["t_mm"] - row[f"t_{name}"]) / row["t_norm"]
+        row[f"ratio_{name}"] = row[f"t_{name}"] / best
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="*", help="MxKxN ...")
+    p.add_argument("--norm", choices=["rms", "ln"], default="rms")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--no-max-autotune", action="store_true")
+    p.add_argument("--check-only", action="store_true", help="gradients against float64 only (CPU: interpreter)")
+    p.add_argument("--json")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        args.check_only = True
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ["NORM_FUSION_INTERPRET"] = "1"
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SWEEP
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (interpreter)"
+    print(f"# {device}  torch {torch.__version__}  python {platform.python_version()}  "
+          f"{time.strftime('%Y-%m-%d %H:%M')}  norm={args.norm}", flush=True)
+    rows = []
+    for M, K, N in shapes:
+        row = run_shape(M, K, N, args)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items()}, default=str), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Compiles a model with the plugin and prints every normalization site next to a matmul: its kind, fused or not,
 the implementation and the reason. MODEL is a tiny HuggingFace family built from a small config (random
-weights, nothing downloaded: llama, gemma, t5, gpt2, bert, vit), or ``--config`` names any transformers config
+weights, nothing downloaded: see ``hf_models.FAMILIES``), or ``--config`` names any transformers config
 (a local path or a hub id in the local cache).
 
     python -m norm_fusion_inductor explain llama
@@ -68,11 +68,10 @@ def explain_command(args) -> int:
     if args.compare_compile:
         # the process's first compile pays one-time costs (imports, Inductor's own set-up): not ours, not default's
         default_compile_s()
-        from .patterns import FAMILIES
+        from .patterns import trace_all
 
         start = time.perf_counter()
-        for family in FAMILIES.values():
-            family.FAMILY.matcher  # noqa: B018  (traces the patterns once per process)
+        trace_all()
         print(f"pattern tracing (once per process): {time.perf_counter() - start:.1f} s")
         torch._dynamo.reset()
     result = explain(model, example_kwargs=inputs, train=args.train, policy=args.policy)

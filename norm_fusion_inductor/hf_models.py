@@ -35,6 +35,28 @@ def _gemma(t, hidden, layers):
         num_attention_heads=4, num_key_value_heads=1, head_dim=hidden // 4, max_position_embeddings=64)
 
 
+def _gemma2(t, hidden, layers):
+    """Sandwich norms: each sublayer's output is normalized before its residual add (post-norm), its input too."""
+    return t.Gemma2ForCausalLM, t.Gemma2Config, dict(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=64)
+
+
+def _olmo2(t, hidden, layers):
+    """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
+    return t.Olmo2ForCausalLM, t.Olmo2Config, dict(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
+        bos_token_id=0, eos_token_id=0)
+
+
+def _qwen3(t, hidden, layers):
+    """Llama-like, plus a per-head RMSNorm of q and k before attention (QK-norm)."""
+    return t.Qwen3ForCausalLM, t.Qwen3Config, dict(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=64)
+
+
 def _t5(t, hidden, layers):
     return t.T5ForConditionalGeneration, t.T5Config, dict(
         vocab_size=VOCAB, d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=layers, num_heads=4,
@@ -60,8 +82,8 @@ def _vit(t, hidden, layers):
         intermediate_size=2 * hidden, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "t5": _t5, "gpt2": _gpt2, "bert": _bert,
-                                 "vit": _vit}
+FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "olmo2": _olmo2,
+                                 "qwen3": _qwen3, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -1,5 +1,6 @@
 """Pattern families, one module each. A family has ``FUSION`` (its name in the config) and
-``apply(graph, ctx)``; the pass runs the families the config enables, in this order."""
+``apply(graph, ctx)``; the pass runs the families the config enables, in this order. A module's matchers are
+its ``FAMILY`` or ``FAMILIES`` (``common.NormFamily``)."""
 
 from . import layer_norm_matmul, matmul_norm, rms_norm_matmul
 
@@ -8,3 +9,10 @@ FAMILIES = {
     layer_norm_matmul.FUSION: layer_norm_matmul,
     matmul_norm.FUSION: matmul_norm,
 }
+
+
+def trace_all() -> None:
+    """Trace every family's patterns now (otherwise on first use), e.g. to time it apart from a compile."""
+    for module in FAMILIES.values():
+        for family in getattr(module, "FAMILIES", None) or [module.FAMILY]:
+            family.matcher  # noqa: B018  (a cached property: traces once per process)

@@ -33,6 +33,13 @@ def test_explain_config_from_disk_in_training(tmp_path, capsys):
     torch._dynamo.reset()
 
 
+def test_explain_compare_compile(capsys):
+    assert main(["explain", "gpt2", "--policy", "never", "--layers", "1", "--compare-compile"]) == 0
+    text = capsys.readouterr().out
+    assert "pattern tracing (once per process)" in text and "torch.compile default" in text
+    torch._dynamo.reset()
+
+
 def test_explain_needs_exactly_one_model():
     with pytest.raises(SystemExit):
         main(["explain"])

@@ -28,7 +28,13 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #      residual) are fused as the projections' epilogues; the MLM head's norm → decoder is a pre-norm site. The
 #      embedding norm (after a sum of embeddings, no matmul) feeds the first projections and the residual add:
 #      not rewritten, explained.
-EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "t5": (12, 0), "gpt2": (5, 0), "vit": (5, 0), "bert": (6, 1)}
+# gemma2: the two pre-norms per layer and the final norm (pre-norm), and the two sandwich norms per layer on the
+#     attention and MLP outputs, with the residual add after them (post-norm).
+# olmo2: per layer the post-attention and post-feedforward norms with the residual after them, and the q/k norms
+#     over the whole projection outputs (post-norm); the final norm → lm_head (pre-norm).
+# qwen3: as llama; its per-head q/k norms feed attention, no matmul (issue 6), and are not counted.
+EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "gemma2": (9, 0), "olmo2": (9, 0), "qwen3": (5, 0), "t5": (12, 0),
+            "gpt2": (5, 0), "vit": (5, 0), "bert": (6, 1)}
 FAMILIES = list(EXPECTED)
 
 

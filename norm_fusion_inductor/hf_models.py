@@ -23,38 +23,36 @@ def _transformers():
     return transformers
 
 
-def _llama(t, hidden, layers):
-    return t.LlamaForCausalLM, t.LlamaConfig, dict(
+def _decoder(model_class, config_class, hidden, layers, **extra):
+    """A decoder-only LM's small config: 4 query heads of hidden / 4, MLP 2 × hidden."""
+    return model_class, config_class, dict(
         vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        num_attention_heads=4, max_position_embeddings=64, **extra)
+
+
+def _llama(t, hidden, layers):
+    return _decoder(t.LlamaForCausalLM, t.LlamaConfig, hidden, layers, num_key_value_heads=2)
 
 
 def _gemma(t, hidden, layers):
-    return t.GemmaForCausalLM, t.GemmaConfig, dict(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=hidden // 4, max_position_embeddings=64)
+    return _decoder(t.GemmaForCausalLM, t.GemmaConfig, hidden, layers, num_key_value_heads=1, head_dim=hidden // 4)
 
 
 def _gemma2(t, hidden, layers):
     """Sandwich norms: each sublayer's output is normalized before its residual add (post-norm), its input too."""
-    return t.Gemma2ForCausalLM, t.Gemma2Config, dict(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=64)
+    return _decoder(t.Gemma2ForCausalLM, t.Gemma2Config, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4)
 
 
 def _olmo2(t, hidden, layers):
     """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
-    return t.Olmo2ForCausalLM, t.Olmo2Config, dict(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
-        bos_token_id=0, eos_token_id=0)
+    return _decoder(t.Olmo2ForCausalLM, t.Olmo2Config, hidden, layers, num_key_value_heads=2, pad_token_id=0,
+                    bos_token_id=0, eos_token_id=0)
 
 
 def _qwen3(t, hidden, layers):
     """Llama-like, plus a per-head RMSNorm of q and k before attention (QK-norm)."""
-    return t.Qwen3ForCausalLM, t.Qwen3Config, dict(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=64)
+    return _decoder(t.Qwen3ForCausalLM, t.Qwen3Config, hidden, layers, num_key_value_heads=2, head_dim=hidden // 4)
 
 
 def _t5(t, hidden, layers):

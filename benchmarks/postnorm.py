@@ -12,7 +12,6 @@ the residual) that the fusion removes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -22,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from prenorm import bench_round_robin, rel_err
+from prenorm import bench_round_robin, parse_shapes, rel_err, sweep_arguments
 
 SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (256, 512, 1024, 2048, 4096)]
 LARGE = [(16384, 4096, 4096)]
@@ -117,17 +116,11 @@ def run_shape(M, K, N, dtype, args) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", nargs="*", help="MxKxN ...")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--norm", choices=["rms", "ln"], default="ln")
-    p.add_argument("--no-max-autotune", action="store_true")
+    p = sweep_arguments(__doc__, "ln")
     p.add_argument("--exchanges", action="store_true", help="also time the best plan of each exchange")
-    p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
     p.add_argument("--part", default="1/1", help="i/n: the i-th of n slices of the shapes (to fit a device call)")
-    p.add_argument("--json")
     args = p.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SWEEP + LARGE
+    shapes = parse_shapes(args.shapes) or SWEEP + LARGE
     part, parts = (int(v) for v in args.part.split("/"))
     shapes = shapes[part - 1::parts]
     global NORM

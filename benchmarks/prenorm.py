@@ -163,22 +163,29 @@ def run_shape(M, K, N, dtype, args) -> dict:
     return row
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
+def sweep_arguments(doc: str, default_norm: str) -> argparse.ArgumentParser:
+    """The options the norm/matmul sweeps share (this one and postnorm.py)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="*", help="MxKxN ...")
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--norm", choices=["rms", "ln"], default="rms")
+    p.add_argument("--norm", choices=["rms", "ln"], default=default_norm)
     p.add_argument("--no-max-autotune", action="store_true")
-    p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
-    p.add_argument("--lean", action="store_true", help="skip the per-prologue columns (faster)")
     p.add_argument("--json")
+    return p
+
+
+def parse_shapes(shapes: list[str] | None) -> list[tuple] | None:
+    return [tuple(int(v) for v in s.split("x")) for s in shapes] if shapes else None
+
+
+def main() -> None:
+    p = sweep_arguments(__doc__, "rms")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
+    p.add_argument("--lean", action="store_true", help="skip the per-prologue columns (faster)")
     args = p.parse_args()
-    if args.shapes:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
-    else:
-        shapes = QUICK if args.quick else SWEEP + LARGE
+    shapes = parse_shapes(args.shapes) or (QUICK if args.quick else SWEEP + LARGE)
     if args.quick:
         args.no_max_autotune = True
     dtype = getattr(torch, args.dtype)

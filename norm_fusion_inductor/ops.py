@@ -317,12 +317,12 @@ def linear_post_norm_reference(x, weight, bias, residual, norm_weight, norm_bias
     return (y.to(x.dtype), z.to(x.dtype), *stats)
 
 
-def _kernel_post_unsupported_reason(x2d, weight, weight_kn, residual, M, N) -> Optional[str]:
+def _kernel_post_unsupported_reason(x2d, weight, weight_kn, residuals, M, N) -> Optional[str]:
     reason = _kernel_unsupported_reason(x2d, weight, weight_kn, center=False)
     if reason is None:
         reason = norm_gemm.post_norm_unsupported_reason(x2d.dtype, x2d.shape[1], N, M, x2d.device)
-    if reason is None and residual is not None and (not residual.is_contiguous() or residual.dtype != x2d.dtype):
-        reason = "residual is not contiguous or not in the input's dtype"
+    if reason is None and any(r is not None and (not r.is_contiguous() or r.dtype != x2d.dtype) for r in residuals):
+        reason = "a residual is not contiguous or not in the input's dtype"
     return reason
 
 
@@ -333,8 +333,7 @@ def _linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, la
     residual, residual_out = (r.reshape(-1, N) if r is not None else None for r in (residual, residual_out))
     reason = None
     if plan is None:
-        reason = (_kernel_post_unsupported_reason(x2d, weight, weight_kn, residual, x2d.shape[0], N)
-                  or _kernel_post_unsupported_reason(x2d, weight, weight_kn, residual_out, x2d.shape[0], N))
+        reason = _kernel_post_unsupported_reason(x2d, weight, weight_kn, (residual, residual_out), x2d.shape[0], N)
     if reason is None:
         y, z, mean, rstd = norm_gemm.matmul_norm(x2d, weight, bias, residual, norm_weight, norm_bias, eps,
                                                  layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=weight_kn,

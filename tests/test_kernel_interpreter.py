@@ -115,12 +115,18 @@ def test_kernel_writes_every_element():
             assert mean is None or not mean.isnan().any()
 
 
+def _count_calls(monkeypatch, name: str) -> list:
+    """Wrap norm_gemm.<name> so that each call appends to the returned list."""
+    calls = []
+    real = getattr(norm_gemm, name)
+    monkeypatch.setattr(norm_gemm, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
 @interpreter
 def test_op_uses_kernel_under_interpreter(monkeypatch):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    calls = []
-    real = norm_gemm.rms_norm_matmul
-    monkeypatch.setattr(norm_gemm, "rms_norm_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_calls(monkeypatch, "rms_norm_matmul")
     x = torch.randn(2, 9, 32)
     g, w, b = torch.rand(32) + 0.5, torch.randn(16, 32), torch.randn(16)
     out, rstd = torch.ops.norm_fusion.rms_norm_linear(x, g, w, b, 1e-6)
@@ -260,9 +266,7 @@ def test_post_norm_kernel_writes_every_element(exchange):
 @interpreter
 def test_post_norm_op_uses_kernel_under_interpreter(monkeypatch):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    calls = []
-    real = norm_gemm.matmul_norm
-    monkeypatch.setattr(norm_gemm, "matmul_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_calls(monkeypatch, "matmul_norm")
     x, w, b, r, g, beta = _post_operands(18, 32, 48, torch.float32, True, True)
     y, z, mean, rstd = torch.ops.norm_fusion.linear_post_norm(x.reshape(2, 9, 32), w, b, r, g, beta, 1e-5, True,
                                                               False, True)
@@ -339,9 +343,7 @@ def test_norm_backward_dgrad_matches_float64(dtype, layer_norm, K, w_kn):
 def test_op_backward_uses_the_fused_kernel_when_enabled(monkeypatch, layer_norm):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
     monkeypatch.setenv("NORM_FUSION_FUSED_BACKWARD", "1")
-    calls = []
-    real = norm_gemm.norm_backward_dgrad
-    monkeypatch.setattr(norm_gemm, "norm_backward_dgrad", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_calls(monkeypatch, "norm_backward_dgrad")
     torch.manual_seed(0)
     x = (torch.randn(2, 9, 48) * 2 + 1).requires_grad_()
     gamma, beta = (torch.rand(48) + 0.5).requires_grad_(), torch.randn(48).requires_grad_()

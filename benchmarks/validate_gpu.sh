@@ -5,6 +5,7 @@
 #   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
+#   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -37,6 +38,15 @@ backward)
         python3 benchmarks/backward.py --norm $n --no-max-autotune --json "$OUT/backward_$n.json" \
             --shapes 65536x1024x1024 65536x2048x256 65536x256x2048 2>&1 | tail -4 | cut -c1-600
     done
+    ;;
+attention)
+    shift
+    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -q -p no:warnings --show-capture=no --tb=short \
+        > "$OUT/attention_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/attention_tests.log" | tail -30
+    timeout 120 python3 benchmarks/attention.py --configs --heads 4 --max-lens 1024 2>&1 | tail -16 \
+        | tee "$OUT/attention_configs.log"
+    timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/attention.py --no-max-autotune --json "$OUT/attention.json" \
+        "$@" 2>&1 | grep "^|\|Error" | tee "$OUT/attention.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

@@ -6,7 +6,8 @@
 See README.md.
 """
 
-from . import ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
+from . import attention_ops, ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
+from .attention_ops import flash_norm_attention
 from .backend import norm_fusion_backend
 from .config import FUSIONS, NormFusionConfig
 from .explain import Explanation, explain
@@ -22,6 +23,7 @@ __all__ = [
     "clear_reports",
     "enabled",
     "explain",
+    "flash_norm_attention",
     "inductor_options",
     "norm_fusion_backend",
     "reports",

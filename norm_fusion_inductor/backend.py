@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 
 from .config import NormFusionConfig
-from .passes import NormFusionPass, unwrap_user_pass
+from .passes import install
 
 
 def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optional[str] = None,
@@ -28,6 +28,4 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     config = NormFusionConfig.from_any(options.pop("norm_fusion", None))
     patches: dict[str, Any] = dict(list_mode_options(mode)) if mode else {}
     patches.update(options)
-    user_pass = patches.get("joint_custom_post_pass", torch._inductor.config.joint_custom_post_pass)
-    patches["joint_custom_post_pass"] = NormFusionPass(config, chained=unwrap_user_pass(user_pass))
-    return compile_fx(gm, example_inputs, config_patches=patches)
+    return compile_fx(gm, example_inputs, config_patches=install(config, patches))

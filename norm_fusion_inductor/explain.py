@@ -27,7 +27,7 @@ class Explanation:
         return [s for s in self.sites if not s.rewritten]
 
     def table(self) -> str:
-        rows = ["| graph | kind | pattern | node | M×K×N | dtype | rewritten | implementation | reason |",
+        rows = ["| graph | kind | pattern | node | shape | dtype | rewritten | implementation | reason |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for s in self.sites:
             shape = "×".join(map(str, s.shape)) if s.shape else "–"
@@ -40,7 +40,8 @@ class Explanation:
         return [dict(dataclasses.asdict(s), kind=s.kind) for s in self.sites]
 
     def __str__(self) -> str:
-        return (f"{len(self.rewritten)} of {len(self.sites)} normalization sites next to a matmul rewritten\n"
+        return (f"{len(self.rewritten)} of {len(self.sites)} normalization sites next to a matmul or attention "
+                f"rewritten\n"
                 + self.table())
 
 

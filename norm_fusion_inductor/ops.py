@@ -37,12 +37,17 @@ from .kernels import norm_gemm
 from .report import log
 
 
-def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool, center: bool) -> Optional[str]:
-    """None when the Triton kernel runs these operands. On CPU only under the Triton interpreter, and only when
-    NORM_FUSION_INTERPRET=1 (tests), since the interpreter is far slower than the reference."""
-    if x2d.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
+def _cpu_reason(t: Tensor) -> Optional[str]:
+    """Triton kernels run on CPU tensors only under the Triton interpreter, and only when NORM_FUSION_INTERPRET=1
+    (tests), since the interpreter is far slower than the reference."""
+    if t.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
         return "CPU: reference implementation"
-    return norm_gemm.supports(x2d, weight, weight_kn, center)
+    return None
+
+
+def _kernel_unsupported_reason(x2d: Tensor, weight: Tensor, weight_kn: bool, center: bool) -> Optional[str]:
+    """None when the Triton kernel runs these operands."""
+    return _cpu_reason(x2d) or norm_gemm.supports(x2d, weight, weight_kn, center)
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,6 +153,8 @@ def _fused_norm_backward(ctx, grad_out, x, gamma, weight, mean, rstd):
     or None where it does not run: it is opt-in (NORM_FUSION_FUSED_BACKWARD=1) until measured on the GPU, and
     needs the kernel's operands. dγ/dβ come back in the parameters' dtypes; dβ is None for RMSNorm."""
     if os.environ.get("NORM_FUSION_FUSED_BACKWARD", "0") != "1":
+        return None
+    if mean is not None and x.is_cuda:  # LayerNorm: wrong on the H200 at K >= 768 (2026-11-30, NOTES.md)
         return None
     x2d = x.reshape(-1, x.shape[-1])
     dy = grad_out.reshape(x2d.shape[0], -1)

@@ -87,28 +87,30 @@ def _source_hash() -> str:
 
 
 class NormFusionPass(CustomGraphPass):
-    """Runs the enabled pattern families; then the pass the user had installed, if any."""
+    """Runs the enabled pattern families of its stage; then the pass the user had installed, if any."""
+
+    STAGE = "joint"  # joint_custom_post_pass: aten IR, forward and backward in one graph
 
     def __init__(self, config: Optional[NormFusionConfig] = None, chained: Any = None):
         self.config = NormFusionConfig.from_any(config)
         self.chained = chained
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        from norm_fusion_inductor.patterns import FAMILIES
+        from norm_fusion_inductor.patterns import STAGES
 
         if self.config.logging_enabled:
             report.enable_logging()
         ctx = PassContext(graph, self.config)
-        for name, family in FAMILIES.items():  # pre-norm families first: the post-norm one takes what is left
+        for name, family in STAGES[self.STAGE].items():  # pre-norm families first: post-norm takes what is left
             if name in self.config.fusions:
                 family.apply(graph, ctx)
         ctx.finish()
-        if ctx.sites and any(s.rewritten for s in ctx.sites):
+        if ctx.sites and any(s.rewritten for s in ctx.sites) and self.STAGE == "joint":
             # readers of the statistics may sit between the norm and the first matmul, before the fused op
             stable_topological_sort(graph)
             graph.eliminate_dead_code()
-            if self.config.log_graph:
-                report.log.info("[graph %d] after norm_fusion:\n%s", ctx.graph_id, graph)
+        if ctx.sites and any(s.rewritten for s in ctx.sites) and self.config.log_graph:
+            report.log.info("[graph %d] after norm_fusion (%s):\n%s", ctx.graph_id, self.STAGE, graph)
         if self.chained is not None:
             self.chained(graph)
 
@@ -120,21 +122,36 @@ class NormFusionPass(CustomGraphPass):
             chained_id = self.chained.uuid()
             if chained_id is None:
                 return None
-        return f"norm_fusion:{_source_hash()}:{self.config!r}:{chained_id!r}"
+        return f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{chained_id!r}"
+
+
+class NormFusionPreGradPass(NormFusionPass):
+    """The families matched in the torch-level graph before autograd (``pre_grad_custom_pass``), so that
+    training runs their ops' own backward: norm → attention → norm. The graph is not functional here; the
+    families erase only the nodes they replaced (no dead-code elimination, which would drop in-place calls)."""
+
+    STAGE = "pre_grad"
 
 
 def inductor_options(config: "NormFusionConfig | dict | None" = None, **config_kwargs) -> dict:
-    """Inductor config entries that install the plugin's pass, for ``torch.compile(options=...)`` or
-    ``torch._inductor.config.patch(...)``. A joint_custom_post_pass already set in Inductor's config runs
-    after ours.
+    """Inductor config entries that install the plugin's passes, for ``torch.compile(options=...)`` or
+    ``torch._inductor.config.patch(...)``. Passes already set in Inductor's config run after ours.
 
         torch.compile(model, options=norm_fusion_inductor.inductor_options(policy="auto"))
     """
     if config is not None and config_kwargs:
         raise TypeError("give either a config or keyword options, not both")
     cfg = NormFusionConfig.from_any(config if config is not None else config_kwargs)
-    existing = torch._inductor.config.joint_custom_post_pass
-    return {"joint_custom_post_pass": NormFusionPass(cfg, chained=unwrap_user_pass(existing))}
+    return install(cfg, {})
+
+
+def install(config: NormFusionConfig, patches: dict) -> dict:
+    """``patches`` (Inductor config entries) with the plugin's passes installed in front of the user's own."""
+    patches = dict(patches)
+    for key, cls in (("joint_custom_post_pass", NormFusionPass), ("pre_grad_custom_pass", NormFusionPreGradPass)):
+        existing = patches.get(key, getattr(torch._inductor.config, key))
+        patches[key] = cls(config, chained=unwrap_user_pass(existing))
+    return patches
 
 
 def unwrap_user_pass(existing):

@@ -14,7 +14,8 @@ log = logging.getLogger("norm_fusion_inductor")
 
 _HISTORY: list["SiteRecord"] = []
 KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
-         "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm"}
+         "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
+         "norm_attention": "LayerNorm → attention → RMSNorm"}
 _MAX_HISTORY = 10_000  # older records are dropped
 
 
@@ -26,7 +27,7 @@ class SiteRecord:
     node: str  # FX node name of the normalized output
     rewritten: bool
     reason: str  # why rewritten (the chosen implementation and its measurement) or why not
-    shape: Optional[tuple] = None  # (M, K, N) of the matmul, when one was found
+    shape: Optional[tuple] = None  # (M, K, N) of the matmul when one was found; (B, Lq, Lk, H, D) of an attention
     dtype: Optional[str] = None
     implementation: Optional[str] = None  # "fused_triton", "reference", or "unfused"
 
@@ -41,7 +42,7 @@ class SiteRecord:
         shape = "x".join(str(s) for s in self.shape) if self.shape else "-"
         status = "REWRITTEN" if self.rewritten else "not rewritten"
         return (f"[graph {self.graph}] {self.fusion} {status}: pattern={self.pattern} node={self.node} "
-                f"MxKxN={shape} dtype={self.dtype} impl={self.implementation}: {self.reason}")
+                f"{'BxLqxLkxHxD' if self.fusion == 'norm_attention' else 'MxKxN'}={shape} dtype={self.dtype} impl={self.implementation}: {self.reason}")
 
 
 def enable_logging(level: int = logging.INFO) -> None:

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 
 from .config import NormFusionConfig
-from .kernels import norm_gemm
+from .kernels import norm_attention, norm_gemm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +56,8 @@ _MEMORY: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel_source_hash() -> str:
-    return hashlib.sha256(pathlib.Path(norm_gemm.__file__).read_bytes()).hexdigest()[:16]
+def _kernel_source_hash(module=norm_gemm) -> str:
+    return hashlib.sha256(pathlib.Path(module.__file__).read_bytes()).hexdigest()[:16]
 
 
 def _cache_file(config: NormFusionConfig) -> pathlib.Path:
@@ -65,8 +65,13 @@ def _cache_file(config: NormFusionConfig) -> pathlib.Path:
     return pathlib.Path(root) / "choices.json"
 
 
-def _key(site: MatmulSite) -> str:
+def _key(site) -> str:
     import triton
+
+    if isinstance(site, AttentionSite):
+        return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
+                                          triton.__version__, _kernel_source_hash(norm_attention),
+                                          *dataclasses.astuple(site)))
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
     return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, _kernel_source_hash(),
@@ -228,3 +233,105 @@ def _measure(site: MatmulSite) -> dict:
         times["mm_ms"].append(bench(mm))
         times["copy_ms"].append(bench(lambda: y.copy_(copied)))
     return {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
+
+
+# --- norm → attention → norm ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSite:
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    activation: str
+    has_ln_weight: bool
+    has_ln_bias: bool
+    has_rms_weight: bool
+    train: bool = False  # the graph is differentiated: forward and backward are measured
+
+    @property
+    def shape(self) -> tuple:
+        return (self.batch, self.q_len, self.kv_len, self.heads, self.head_dim)
+
+
+def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
+    """As ``choose``, for the norm → attention → norm block. The unfused lower bound is the attention alone
+    (SDPA, or the two batched matmuls of the generalized form without its activation) plus the norms' bytes in
+    copies of q: forward 2.5 (the LayerNorm reads q and writes q̂; the RMSNorm reads x and q, writes out),
+    backward 3 more (each norm's backward reads its input and the gradient, writes one)."""
+    if config.policy == "never":
+        return Choice(False, "unfused", "policy=never")
+    width = site.heads * site.head_dim
+    fake_q = torch.empty(0, width, dtype=site.dtype)
+    fake_kv = torch.empty(0, site.kv_len, width, dtype=site.dtype)
+    reason = norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.heads, site.activation)
+    if site.device.type != "cuda":
+        reason = f"no fused kernel for device '{site.device.type}'"
+    if reason is not None:
+        if config.policy == "always":
+            return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
+        return Choice(False, "unfused", reason)
+    if config.policy == "always":
+        return Choice(True, "fused_triton", "policy=always")
+    try:
+        t = _cached(site, config, "times", _measure_attention)
+    except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
+        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+    copies = 5.5 if site.train else 2.5
+    unfused_ms = t["attention_ms"] + copies * t["copy_ms"]
+    what = "forward + backward" if site.train else "forward"
+    detail = (f"{what}: measured fused {t['fused_ms']:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
+              f"(attention {t['attention_ms']:.4f} + {copies} copies of q {copies * t['copy_ms']:.4f})")
+    if t["fused_ms"] * config.min_speedup >= unfused_ms:  # the bound reads high, as the matmul sites' does
+        return Choice(False, "unfused", detail)
+    return Choice(True, "fused_triton", detail)
+
+
+def _measure_attention(site: AttentionSite) -> dict:
+    """Median CUDA-graph replay times (three interleaved rounds) of the fused op, the unfused attention alone
+    and a copy of q; forward, or forward + backward for a training site."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    from . import attention_ops
+
+    dev, dt = site.device, site.dtype
+    B, L, Lk, H, D = site.shape
+    q = torch.randn(B * L, H * D, device=dev, dtype=dt, requires_grad=site.train)
+    k, v = (torch.randn(B, Lk, H * D, device=dev, dtype=dt, requires_grad=site.train) for _ in range(2))
+    weights = [(1 + 0.1 * torch.randn(H * D, device=dev)).to(dt).requires_grad_(site.train) if present else None
+               for present in (site.has_ln_weight, site.has_ln_bias, site.has_rms_weight)]
+    offsets = torch.arange(0, (B + 1) * L, L, device=dev, dtype=torch.int32)
+    scale = D ** -0.5 if site.activation == "softmax" else 1.0 / Lk
+    qh = q.view(B, L, H, D).transpose(1, 2)
+    kh, vh = (t.view(B, Lk, H, D).transpose(1, 2) for t in (k, v))
+
+    def fused():
+        return attention_ops.norm_attention(q, k, v, offsets, L, H, *weights, scale, site.activation, 1e-5,
+                                            1e-6)[0]
+
+    def attention():
+        if site.activation == "softmax":
+            return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, scale=scale)
+        return torch.matmul(torch.matmul(qh, kh.transpose(-2, -1)), vh)
+
+    def with_backward(fn):
+        if not site.train:
+            return fn
+        leaves = [t for t in (q, k, v, *weights) if t is not None]
+        grad = torch.randn_like(fn())
+        return lambda: torch.autograd.grad(fn(), leaves, grad, allow_unused=True)  # attention(): no weights
+
+    y = torch.empty_like(q)
+    fns = {"fused_ms": with_backward(fused), "attention_ms": with_backward(attention),
+           "copy_ms": lambda: y.copy_(q.detach())}
+    # autograd runs the backward on its own device thread, which a CUDA-graph capture does not see: training
+    # sites are timed by plain do_bench, every side alike
+    bench = do_bench if site.train else do_bench_cudagraph
+    times = {name: [] for name in fns}
+    for _ in range(3):
+        for name, fn in fns.items():
+            times[name].append(bench(fn, rep=30, return_mode="median"))
+    return {name: statistics.median(v) for name, v in times.items()}

@@ -1,14 +1,16 @@
 """Pattern families, one module each. A family has ``FUSION`` (its name in the config) and
-``apply(graph, ctx)``; the pass runs the families the config enables, in this order. A module's matchers are
-its ``FAMILY`` or ``FAMILIES`` (``common.NormFamily``)."""
+``apply(graph, ctx)``; the pass of each stage runs the families the config enables, in this order. A module's
+matchers are its ``FAMILY`` or ``FAMILIES`` (``common.NormFamily``)."""
 
-from . import layer_norm_matmul, matmul_norm, rms_norm_matmul
+from . import layer_norm_matmul, matmul_norm, norm_attention, rms_norm_matmul
 
-FAMILIES = {
+FAMILIES = {  # the joint-graph stage (aten IR)
     rms_norm_matmul.FUSION: rms_norm_matmul,
     layer_norm_matmul.FUSION: layer_norm_matmul,
     matmul_norm.FUSION: matmul_norm,
 }
+PRE_GRAD_FAMILIES = {norm_attention.FUSION: norm_attention}  # the torch-level graph, before autograd
+STAGES = {"joint": FAMILIES, "pre_grad": PRE_GRAD_FAMILIES}
 
 
 def trace_all() -> None:

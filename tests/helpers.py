@@ -142,3 +142,41 @@ def saved_norm_stats(x, layer_norm, eps=1e-5):
         var, mean = torch.var_mean(xf, -1, correction=0)
         return mean, torch.rsqrt(var + eps)
     return None, torch.rsqrt(xf.pow(2).mean(-1) + eps)
+
+
+def norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cpu", affine=True, seed=0,
+                        mean_shift=0.5):
+    """Operands of the norm → attention → norm op: jagged rows of sequences of ``lens``, k/v [B, L, H·D], norm
+    weights (or None), the default scale, and an upstream gradient."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    width = heads * head_dim
+    offsets = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+
+    def rand(*shape, std=1.0, shift=0.0):
+        return (torch.randn(*shape, generator=g, device=device) * std + shift).to(dtype)
+
+    q = rand(sum(lens), width, std=2.0, shift=mean_shift)
+    k, v = rand(len(lens), kv_len, width), rand(len(lens), kv_len, width)
+    norm_w = [rand(width, std=0.3, shift=1.0), rand(width, std=0.2), rand(width, std=0.3, shift=1.0)]
+    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
+    args = dict(q=q, k=k, v=v, offsets=offsets, max_len=max(lens), heads=heads,
+                ln_weight=norm_w[0] if affine else None, ln_bias=norm_w[1] if affine else None,
+                rms_weight=norm_w[2] if affine else None, scale=scale, activation=activation,
+                ln_eps=1e-5, rms_eps=1e-6)
+    return args, rand(sum(lens), width)
+
+
+NORM_ATTENTION_DIFFERENTIABLE = ("q", "k", "v", "ln_weight", "ln_bias", "rms_weight")
+
+
+def norm_attention_run(fn, args, grad_out, cast=None):
+    """(out, stats, grads) of ``fn(**args)`` (the op or the reference), inputs cast by ``cast`` (a dtype) first;
+    grads of the differentiable inputs that are not None, in NORM_ATTENTION_DIFFERENTIABLE order."""
+    args = dict(args)
+    for name in NORM_ATTENTION_DIFFERENTIABLE:
+        if args[name] is not None:
+            args[name] = args[name].detach().to(cast or args[name].dtype).requires_grad_()
+    outs = fn(**args)
+    leaves = [args[n] for n in NORM_ATTENTION_DIFFERENTIABLE if args[n] is not None]
+    grads = torch.autograd.grad(outs[0], leaves, grad_out.to(outs[0].dtype))
+    return outs[0], outs[1:], grads

@@ -28,7 +28,8 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 # --- configuration errors name the option ----------------------------------------------------------------------
 
 def test_every_family_is_on_by_default_and_can_be_chosen():
-    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm")
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm",
+                                                             "norm_attention")
     assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
 
 
@@ -127,6 +128,21 @@ def test_inductor_options_compose_with_existing_pass():
         again = nfi.inductor_options(policy="always")["joint_custom_post_pass"]
     assert again.chained is user_pass
     torch._dynamo.reset()
+
+
+def test_inductor_options_install_the_pre_grad_pass_too():
+    """The attention family runs before autograd: a pass of its own, chained in front of the user's, with its own
+    cache id."""
+    from norm_fusion_inductor.passes import NormFusionPreGradPass
+
+    user_pass = Recorder()
+    with torch._inductor.config.patch(pre_grad_custom_pass=user_pass):
+        opts = nfi.inductor_options(policy="always")
+    pre = opts["pre_grad_custom_pass"]
+    assert isinstance(pre, NormFusionPreGradPass) and pre.chained is user_pass
+    assert pre.uuid() != opts["joint_custom_post_pass"].uuid()
+    with torch._inductor.config.patch(opts):
+        assert nfi.inductor_options()["pre_grad_custom_pass"].chained is user_pass
 
 
 def test_enabled_context_manager():

@@ -39,7 +39,13 @@ def test_llama_training_step_runs():
 def test_bert_inference_runs():
     pytest.importorskip("transformers")
     out = _run_example("bert_inference.py")
-    assert "rel. error vs eager" in out and "normalization sites next to a matmul rewritten" in out
+    assert "rel. error vs eager" in out and "normalization sites next to a matmul or attention rewritten" in out
+
+
+def test_recsys_block_runs():
+    out = _run_example("recsys_block.py")
+    assert "training step, rel. error vs eager" in out and "jagged rows" in out
+    assert "LayerNorm → attention → RMSNorm" in out and "| yes |" in out, out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check; on the GPU the script times")

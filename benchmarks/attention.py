@@ -103,19 +103,20 @@ def explore_configs(batch, max_len, heads, head_dim, kv_len, activation):
     _, mean, rstd, rrms, lse = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
     for cfg in CONFIGS:
-        row = {}
-        for name, fn in (("forward", lambda: kernels.forward(*common, 1e-5, 1e-6, config=cfg)),
-                         ("backward dq", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
-                                                                  dq_config=cfg)),
-                         ("backward dkdv", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
-                                                                    dkdv_config=cfg))):
-            try:
-                row[name] = triton.testing.do_bench(fn, warmup=3, rep=20, return_mode="median")
-            except Exception as e:  # out of shared memory or registers: reported, not fatal
-                row[name] = f"{type(e).__name__}"
-        print(f"config {cfg} {activation} H{heads} max{max_len}: "
-              + ", ".join(f"{n} {t:.3f}" if isinstance(t, float) else f"{n} {t}" for n, t in row.items()),
-              flush=True)
+        for tma in (False, True):
+            row = {}
+            for name, fn in (("forward", lambda: kernels.forward(*common, 1e-5, 1e-6, config=cfg, tma=tma)),
+                             ("backward dq", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
+                                                                      dq_config=cfg, tma=tma)),
+                             ("backward dkdv", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
+                                                                        dkdv_config=cfg, tma=tma))):
+                try:
+                    row[name] = triton.testing.do_bench(fn, warmup=3, rep=20, return_mode="median")
+                except Exception as e:  # out of shared memory or registers: reported, not fatal
+                    row[name] = f"{type(e).__name__}"
+            print(f"config {cfg} tma={tma} {activation} H{heads} max{max_len}: "
+                  + ", ".join(f"{n} {t:.3f}" if isinstance(t, float) else f"{n} {t}" for n, t in row.items()),
+                  flush=True)
 
 
 def _compiled_kernels(fn) -> dict:
@@ -136,17 +137,19 @@ def probe(batch, max_len, heads, head_dim, kv_len, activation):
     common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
     _, mean, rstd, rrms, lse = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
-    launches = {"_forward_kernel": lambda c: kernels.forward(*common, 1e-5, 1e-6, config=c),
-                "_dq_kernel": lambda c: kernels.backward(grad, *common, mean, rstd, rrms, lse, dq_config=c),
-                "_dkdv_kernel": lambda c: kernels.backward(grad, *common, mean, rstd, rrms, lse, dkdv_config=c)}
+    launches = {"_forward_kernel": lambda c, t: kernels.forward(*common, 1e-5, 1e-6, config=c, tma=t),
+                "_dq_kernel": lambda c, t: kernels.backward(grad, *common, mean, rstd, rrms, lse, dq_config=c,
+                                                            tma=t),
+                "_dkdv_kernel": lambda c, t: kernels.backward(grad, *common, mean, rstd, rrms, lse, dkdv_config=c,
+                                                              tma=t)}
     for name, launch in launches.items():
         jit_fn = getattr(kernels, name)
-        for cfg in PROBE_CONFIGS:
+        for cfg, tma in ((c, t) for c in PROBE_CONFIGS for t in (False, True)):
             seen = set(_compiled_kernels(jit_fn))
             try:
-                ms = triton.testing.do_bench(lambda: launch(cfg), warmup=3, rep=20, return_mode="median")
+                ms = triton.testing.do_bench(lambda: launch(cfg, tma), warmup=3, rep=20, return_mode="median")
             except Exception as e:
-                print(f"{name} {cfg}: {type(e).__name__}", flush=True)
+                print(f"{name} {cfg} tma={tma}: {type(e).__name__}", flush=True)
                 continue
             for key, ck in _compiled_kernels(jit_fn).items():
                 if key in seen:
@@ -156,7 +159,7 @@ def probe(batch, max_len, heads, head_dim, kv_len, activation):
                     info = f"regs {ck.n_regs} spills {ck.n_spills} shared {ck.metadata.shared}"
                 except Exception as e:  # internals differ: report what failed
                     info = f"({type(e).__name__})"
-                print(f"{name} {activation} {cfg}: {ms:.3f} ms (whole call) {info}", flush=True)
+                print(f"{name} {activation} {cfg} tma={tma}: {ms:.3f} ms (whole call) {info}", flush=True)
 
 
 def main():

@@ -31,10 +31,14 @@ CASES = {
     "bert_base_layer": dict(family="bert", hidden=768, layers=1, batch=32, seq=512,
                             config=dict(intermediate_size=3072, num_attention_heads=12,
                                         max_position_embeddings=512)),
+    # the reference work's recommendation block (issue 6's reference shape, dense): LayerNorm → SiLU attention of
+    # 512 queries over 128 keys, 4 heads of 128 → residual → RMSNorm → residual
+    "recsys_block": dict(family="recsys", hidden=512, heads=4, batch=768, seq=512, kv_len=128),
 }
 SMOKE = {
     "llama_layer": dict(family="llama", hidden=64, layers=1, batch=2, seq=32, config={}),
     "bert_base_layer": dict(family="bert", hidden=64, layers=1, batch=2, seq=32, config={}),
+    "recsys_block": dict(family="recsys", hidden=64, heads=2, batch=2, seq=32, kv_len=8),
 }
 
 
@@ -43,16 +47,17 @@ def rel_err(out, ref) -> float:
 
 
 def make_step(model, inputs, train: bool):
-    labels = inputs["input_ids"]
+    hf = "input_ids" in inputs
 
     def infer():
         with torch.no_grad():
-            return model(**inputs).logits
+            return model(**inputs).logits if hf else model(**inputs)
 
     def train_step():
         for p in model.parameters():
             p.grad = None
-        loss = model(**inputs, labels=labels).loss
+        loss = (model(**inputs, labels=inputs["input_ids"]).loss if hf
+                else model(**inputs).float().square().mean())
         loss.backward()
         return loss.detach()
 
@@ -84,14 +89,20 @@ def bench(fns: dict, device: str, rounds: int) -> dict:
 
 def run_case(name: str, spec: dict, train: bool, args) -> dict:
     import norm_fusion_inductor as nfi
-    from norm_fusion_inductor import hf_models
+    from norm_fusion_inductor import attention_ops, hf_models
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
-    model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=spec["layers"], **spec["config"])
-    model = model.to(device, dtype).train(train)
-    inputs = hf_models.example_inputs(model, batch=spec["batch"], seq=spec["seq"])
+    if spec["family"] == "recsys":
+        model = attention_ops.NormAttentionBlock(spec["hidden"], spec["heads"]).to(device, dtype).train(train)
+        inputs = {name: torch.randn(spec["batch"], length, spec["hidden"], device=device, dtype=dtype,
+                                    requires_grad=train and name == "q")
+                  for name, length in (("q", spec["seq"]), ("k", spec["kv_len"]), ("v", spec["kv_len"]))}
+    else:
+        model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=spec["layers"], **spec["config"])
+        model = model.to(device, dtype).train(train)
+        inputs = hf_models.example_inputs(model, batch=spec["batch"], seq=spec["seq"])
     compilers = {"default": {}, "norm_fusion": dict(backend="norm_fusion")}
     if not args.no_max_autotune and device == "cuda":
         compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")

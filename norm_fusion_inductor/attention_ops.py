@@ -62,6 +62,22 @@ def _block(q, k, v, heads, ln_weight, ln_bias, rms_weight, scale, activation, ln
     return out, (mean, torch.rsqrt(var + ln_eps), rrms, lse)
 
 
+class NormAttentionBlock(torch.nn.Module):
+    """``norm_attention_block`` as a module (nn.LayerNorm, nn.RMSNorm), for benchmarks: a recommendation-style
+    block whose queries attend to a short sequence k, v."""
+
+    def __init__(self, width: int, heads: int, activation: str = "silu"):
+        super().__init__()
+        self.heads, self.activation = heads, activation
+        self.in_norm, self.out_norm = torch.nn.LayerNorm(width), torch.nn.RMSNorm(width)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        scale = (q.shape[-1] // self.heads) ** -0.5 if self.activation == "softmax" else 1.0 / k.shape[1]
+        return norm_attention_block(q, k, v, self.heads, self.in_norm.weight, self.in_norm.bias,
+                                    self.out_norm.weight, scale, self.activation, self.in_norm.eps,
+                                    torch.finfo(q.dtype).eps if self.out_norm.eps is None else self.out_norm.eps)
+
+
 def _padding_index(offsets: Tensor, total: int) -> tuple[Tensor, Tensor]:
     """(sequence, position) of each of the T rows."""
     rows = torch.arange(total, device=offsets.device)

@@ -40,9 +40,7 @@ class Explanation:
         return [dict(dataclasses.asdict(s), kind=s.kind) for s in self.sites]
 
     def __str__(self) -> str:
-        return (f"{len(self.rewritten)} of {len(self.sites)} normalization sites next to a matmul or attention "
-                f"rewritten\n"
-                + self.table())
+        return f"{len(self.rewritten)} of {len(self.sites)} normalization sites rewritten\n" + self.table()
 
 
 def explain(model, *example_inputs, example_kwargs: Optional[dict] = None, train: bool = False, config=None,

@@ -37,6 +37,7 @@ class PassContext:
         self.backward = backward_only_nodes(graph)
         self.sites: list[report.SiteRecord] = []
         self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
+        self.covered: set = set()  # nodes of the norms some family recorded (the rest are reported at the end)
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")
@@ -104,6 +105,10 @@ class NormFusionPass(CustomGraphPass):
         for name, family in STAGES[self.STAGE].items():  # pre-norm families first: post-norm takes what is left
             if name in self.config.fusions:
                 family.apply(graph, ctx)
+        if self.STAGE == "joint":
+            from norm_fusion_inductor.patterns.common import report_leftover_norms
+
+            report_leftover_norms(graph, ctx)
         ctx.finish()
         if ctx.sites and any(s.rewritten for s in ctx.sites) and self.STAGE == "joint":
             # readers of the statistics may sit between the norm and the first matmul, before the fused op

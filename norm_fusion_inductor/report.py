@@ -15,7 +15,8 @@ log = logging.getLogger("norm_fusion_inductor")
 _HISTORY: list["SiteRecord"] = []
 KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
          "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
-         "norm_attention": "LayerNorm → attention → RMSNorm"}
+         "norm_attention": "LayerNorm → attention → RMSNorm", "qk_norm": "norm → attention (QK-norm)",
+         "standalone": "norm, no fused neighbour"}
 _MAX_HISTORY = 10_000  # older records are dropped
 
 

@@ -305,6 +305,7 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
                 other_matmuls.append(user)
     if not consumers and not other_matmuls:
         return  # a norm with no matmul next to it is not this family's site
+    ctx.covered.update(match.nodes)
     x_val = x.meta["val"]
     K = x_val.shape[-1]
     M = size_hint(x_val.numel() // K) if K else 0
@@ -456,3 +457,80 @@ def _stat_readers(match: pm.Match, stats: dict) -> dict:
         if index is not None:
             readers.setdefault(index, []).extend((u, node) for u in node.users if u not in nodes)
     return readers
+
+
+# --- norms no family took: reported once, with what they feed --------------------------------------------------
+
+ATTENTION_NAMES = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+_THROUGH = (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.neg.default, torch.ops.prims.convert_element_type.default,
+            aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.permute.default,
+            aten.transpose.int, aten.expand.default, aten.clone.default, aten.cat.default, aten.slice.Tensor,
+            aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default)
+
+
+def _norm_input(rsqrt: Node) -> Optional[tuple[str, Node]]:
+    """("rms" | "ln", x) when ``rsqrt`` is a norm's rsqrt(mean(x²) + eps) or rsqrt(var(x) + eps)."""
+    added = rsqrt.args[0]
+    if getattr(added, "target", None) not in (aten.add.Tensor, aten.add.Scalar):
+        return None
+    stat = added.args[0]
+    if getattr(stat, "target", None) == operator.getitem and stat.args[0].target == aten.var_mean.correction:
+        return "ln", stat.args[0].args[0]
+    if getattr(stat, "target", None) == aten.mean.dim:
+        square = stat.args[0]
+        if getattr(square, "target", None) == aten.pow.Tensor_Scalar and square.args[1] == 2:
+            return "rms", square.args[0]
+    return None
+
+
+def _fed(rsqrt: Node, backward: set) -> tuple[str, set]:
+    """What the normalized tensor reaches through pointwise and view ops: "attention", "matmul" or "other", and
+    the names of the ops it stops at."""
+    seen, stack, stops = set(), [rsqrt], set()
+    while stack:
+        node = stack.pop()
+        for user in node.users:
+            if user in seen or user in backward:
+                continue
+            seen.add(user)
+            name = str(user.target)
+            if any(a in name for a in ATTENTION_NAMES):
+                return "attention", {name}
+            if user.target in (aten.mm.default, aten.addmm.default, aten.bmm.default):
+                return "matmul", {name}
+            if user.target in _THROUGH or user.target == operator.getitem:
+                stack.append(user)
+            else:
+                stops.add(name)
+    return "other", stops
+
+
+def report_leftover_norms(graph: Graph, ctx) -> None:
+    """Record, once each, the RMSNorms and LayerNorms of the forward that no family recorded: per-head q/k norms
+    feeding attention (QK-norm, not fused yet) and norms with no matmul or attention next to them."""
+    for node in graph.nodes:
+        if node.target != aten.rsqrt.default or node in ctx.covered or node in ctx.backward:
+            continue
+        found = _norm_input(node)
+        if found is None:
+            continue
+        norm, x = found
+        fed, stops = _fed(node, ctx.backward)
+        if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
+            site = ctx.site("qk_norm", norm, node)
+            reason = "feeds attention: a per-head q/k norm (QK-norm), whose fusion is not implemented yet"
+        elif fed == "attention":
+            site = ctx.site("standalone", norm, node)
+            reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "
+                      "→ norm block (its own record says why not here)")
+        elif fed == "matmul":
+            site = ctx.site("standalone", norm, node)
+            reason = "feeds a matmul in a form no family matched (a batched matmul, or an unusual operand)"
+        else:
+            site = ctx.site("standalone", norm, node)
+            reason = "feeds no matmul or attention (its readers: " + ", ".join(sorted(stops)[:4]) + ")"
+        x_val = x.meta["val"]
+        K = x_val.shape[-1]
+        site.shape = (size_hint(x_val.numel() // K) if K else 0, K)
+        site.dtype = str(x_val.dtype).replace("torch.", "")
+        ctx.reject(site, reason)

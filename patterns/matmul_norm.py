@@ -89,6 +89,7 @@ def rewrite_post_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, c
         return  # not after a matmul: not this family's site
     consumer, residual, chain = found
     ctx.claimed.update((normed, z))  # decided here, rewritten or not: the smaller forms inside it are not sites
+    ctx.covered.update(match.nodes)
     site = ctx.site(spec.fusion, pattern_name, normed)
     a = consumer.node.args[0] if consumer.node.target == aten.mm.default else consumer.node.args[1]
     z_val, a_val = z.meta["val"], a.meta["val"]

@@ -90,3 +90,20 @@ def test_compiled_block_policy_auto_measures(train):
     sites = [s for s in nfi.reports()[before:] if s.fusion == "norm_attention"]
     assert len(sites) == 1 and ("forward + backward" if train else "forward:") in sites[0].reason, sites
     assert rel_err(out, block(q, k, v)) < 2e-2
+
+
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+def test_descriptor_path_matches_pointer_path(activation):
+    """The TMA (tensor-descriptor) loads against the validated pointer loads, same operands: forward and
+    backward agree to rounding (the dots may tile differently)."""
+    args, grad_out = norm_attention_case([300, 0, 1, 64, 129, 250, 77, 512], 4, 128, 128, activation,
+                                         torch.bfloat16, device="cuda", seed=3)
+    eps = dict(ln_eps=args.pop("ln_eps"), rms_eps=args.pop("rms_eps"))
+    results = []
+    for tma in (False, True):
+        _poison_allocator()
+        outs = norm_attention.forward(**args, **eps, tma=tma)
+        grads = norm_attention.backward(grad_out, *args.values(), *outs[1:], tma=tma)
+        results.append([t for t in (*outs, *grads) if t is not None and t.numel()])
+    for i, (a, b) in enumerate(zip(*results)):
+        assert not b.isnan().any() and rel_err(b, a) < 1e-2, f"output {i}: {rel_err(b, a):.2e}"

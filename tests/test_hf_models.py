@@ -32,8 +32,9 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     attention and MLP outputs, with the residual add after them (post-norm).
 # olmo2: per layer the post-attention and post-feedforward norms with the residual after them, and the q/k norms
 #     over the whole projection outputs (post-norm); the final norm → lm_head (pre-norm).
-# qwen3: as llama; its per-head q/k norms feed attention, no matmul (issue 6), and are not counted.
-EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "gemma2": (9, 0), "olmo2": (9, 0), "qwen3": (5, 0), "t5": (12, 0),
+# qwen3: as llama, plus its per-head q/k norms (2 per layer), which feed attention, no matmul: reported as
+#     QK-norm sites, not fused (that fusion is not implemented yet).
+EXPECTED = {"llama": (5, 0), "gemma": (5, 0), "gemma2": (9, 0), "olmo2": (9, 0), "qwen3": (9, 4), "t5": (12, 0),
             "gpt2": (5, 0), "vit": (5, 0), "bert": (6, 1)}
 FAMILIES = list(EXPECTED)
 
@@ -79,8 +80,9 @@ def test_every_norm_site_fused_or_explained(family, train):
                 assert (fused_grads[name] - p.grad).norm() <= 1e-4 * p.grad.norm() + 1e-6, name
     sites = nfi.reports()
     assert len(sites) == n_sites, [s.line() for s in sites]
-    for site in sites:  # what is left is explained: returned by the model (T5), or a residual add (post-norm)
-        assert site.rewritten or "also used by output" in site.reason or "aten.add" in site.reason, site.line()
+    for site in sites:  # what is left is explained: an embedding norm read by a residual add, or a QK-norm
+        assert (site.rewritten or "also used by output" in site.reason or "aten.add" in site.reason
+                or (site.fusion == "qk_norm" and "QK-norm" in site.reason)), site.line()
     assert sum(not s.rewritten for s in sites) == n_unfused, [s.line() for s in sites]
     torch._dynamo.reset()
 

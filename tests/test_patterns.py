@@ -303,3 +303,31 @@ def test_policy_auto_on_cpu_keeps_unfused_with_reason():
     sites, _, _ = run(_init(NormQKV(LlamaRMSNorm(32))), torch.randn(2, 5, 32), train=False, policy="auto")
     assert [s.rewritten for s in sites] == [False]
     assert "no fused kernel for device 'cpu'" in sites[0].reason
+
+
+class _QKNormAttention(torch.nn.Module):
+    """Per-head RMSNorm of q and k right before SDPA (QK-norm, Qwen3 style), and a norm that feeds nothing
+    but a pointwise tail."""
+
+    def __init__(self, width=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.q_norm, self.k_norm = torch.nn.RMSNorm(width // heads), torch.nn.RMSNorm(width // heads)
+        self.tail_norm = torch.nn.RMSNorm(width)
+
+    def forward(self, x):
+        B, L, W = x.shape
+        q = self.q_norm(x.view(B, L, self.heads, -1)).transpose(1, 2)
+        k = self.k_norm((2 * x).view(B, L, self.heads, -1)).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, k.relu(), is_causal=True)
+        return torch.tanh(self.tail_norm(a.transpose(1, 2).reshape(B, L, W)))
+
+
+def test_norms_no_family_takes_are_reported_once_with_what_they_feed():
+    result = nfi.explain(_QKNormAttention(), torch.randn(2, 8, 32), policy="always")
+    kinds = sorted((s.fusion, s.rewritten) for s in result.sites)
+    assert kinds == [("qk_norm", False), ("qk_norm", False), ("standalone", False)], result.table()
+    qk = [s for s in result.sites if s.fusion == "qk_norm"]
+    assert all("QK-norm" in s.reason and s.shape == (32, 16) for s in qk)
+    tail = next(s for s in result.sites if s.fusion == "standalone")
+    assert "feeds no matmul or attention" in tail.reason and "tanh" in tail.reason

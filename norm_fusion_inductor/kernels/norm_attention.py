@@ -86,60 +86,114 @@ def _activation_grad(s, ACT: tl.constexpr):
 
 @triton.jit
 def _row_block(offsets_ptr, b, first, BLOCK_M: tl.constexpr):
-    """Rows ``first`` .. first + BLOCK_M of sequence b: global row indices (int64) and which of them exist."""
+    """Rows ``first`` .. first + BLOCK_M of sequence b: the global index of the first (int32), the local offsets
+    (arange) and which of them exist."""
     seq_start = tl.load(offsets_ptr + b)
     seq_len = tl.load(offsets_ptr + b + 1) - seq_start
-    local = first + tl.arange(0, BLOCK_M)
-    return (seq_start + local).to(tl.int64), local < seq_len
+    local = tl.arange(0, BLOCK_M)
+    return seq_start + first, local, first + local < seq_len
 
 
 @triton.jit
-def _layer_norm_stats(q_rows, row_ok, eps, H: tl.constexpr, D: tl.constexpr):
+def _rows(ptr, num_rows, stride, BLOCK_ROWS: tl.constexpr, W: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr):
+    """What ``_load`` reads a row-major [num_rows, W] matrix through: a tensor descriptor with BLOCK_ROWS × D
+    boxes (TMA: no per-element address registers), or the pointer itself."""
+    if TMA:
+        return tl.make_tensor_descriptor(ptr, shape=[num_rows, W], strides=[stride, 1],
+                                         block_shape=[BLOCK_ROWS, D])
+    else:
+        return ptr
+
+
+@triton.jit
+def _load(src, row0, local, ok, col0, stride, D: tl.constexpr, TMA: tl.constexpr):
+    """Rows row0 + local and columns col0 .. col0 + D of a matrix read through ``_rows``; rows that are not ok
+    read as zero (through TMA they belong to the next sequence, or lie past the end and come back as zeros)."""
+    if TMA:
+        tile = src.load([row0, col0])
+        return tl.where(ok[:, None], tile, tl.zeros_like(tile))
+    else:
+        rows = (row0 + local).to(tl.int64)
+        return tl.load(src + rows[:, None] * stride + col0 + tl.arange(0, D)[None, :], mask=ok[:, None], other=0.0)
+
+
+@triton.jit
+def _kv_source(ptr, b, kv_len, num_seqs, stride_b, stride_l, BLOCK_N: tl.constexpr, W: tl.constexpr,
+               D: tl.constexpr, TMA: tl.constexpr):
+    """(source, row of sequence b's first key in it) for k or v [B, L, W]: through TMA the [B·L, W] matrix (the
+    host makes it contiguous), else a pointer to sequence b."""
+    if TMA:
+        return _rows(ptr, num_seqs * kv_len, stride_l, BLOCK_N, W, D, TMA), b * kv_len
+    else:
+        return ptr + b * stride_b, 0
+
+
+@triton.jit
+def _store_rows(ptr, row0, local, ok, col0, stride, value, D: tl.constexpr):
+    """Masked store of rows row0 + local (a TMA store would write into the next sequence's rows)."""
+    rows = (row0 + local).to(tl.int64)
+    tl.store(ptr + rows[:, None] * stride + col0 + tl.arange(0, D)[None, :], value, mask=ok[:, None])
+
+
+@triton.jit
+def _load_own_rows(ptr, row0, local, ok, col0, stride, D: tl.constexpr):
+    """Rows this program stored itself (the x / dq̂ scratch): plain loads, since TMA reads through the async proxy
+    and would need a proxy fence to see them."""
+    rows = (row0 + local).to(tl.int64)
+    return tl.load(ptr + rows[:, None] * stride + col0 + tl.arange(0, D)[None, :], mask=ok[:, None],
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _layer_norm_stats(q_src, row0, local, row_ok, stride_q, eps, H: tl.constexpr, D: tl.constexpr,
+                      TMA: tl.constexpr):
     """Mean and rstd over all heads of each row (two passes; the second reads from L1/L2)."""
-    total = tl.zeros([q_rows.shape[0]], tl.float32)
+    total = tl.zeros([local.shape[0]], tl.float32)
     for h in tl.static_range(H):
-        total += tl.sum(tl.load(q_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32), axis=1)
+        total += tl.sum(_load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32), axis=1)
     mean = total / (H * D)
-    m2 = tl.zeros([q_rows.shape[0]], tl.float32)
+    m2 = tl.zeros([local.shape[0]], tl.float32)
     for h in tl.static_range(H):
-        c = tl.load(q_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32) - mean[:, None]
-        m2 += tl.sum(c * c, axis=1)
+        c = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32) - mean[:, None]
+        m2 += tl.sum(tl.where(row_ok[:, None], c * c, 0.0), axis=1)
     return mean, tl.rsqrt(m2 / (H * D) + eps)
 
 
 @triton.jit
-def _normalized_q(q_rows, row_ok, head_cols, mean, rstd, ln_w_ptr, ln_b_ptr, HAS_LN_W: tl.constexpr,
-                  HAS_LN_B: tl.constexpr):
-    """(q, q̂n = (q − μ)·rstd, q̂ = q̂n·γ + β rounded to the input dtype) of one head, q and q̂n in fp32."""
-    q = tl.load(q_rows, mask=row_ok[:, None], other=0.0)
+def _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D: tl.constexpr,
+                  HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr, TMA: tl.constexpr):
+    """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to the input dtype) of head h."""
+    q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
+    head_cols = h * D + tl.arange(0, D)
     q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
     q_hat = q_norm
     if HAS_LN_W:
         q_hat = q_hat * tl.load(ln_w_ptr + head_cols).to(tl.float32)[None, :]
     if HAS_LN_B:
         q_hat = q_hat + tl.load(ln_b_ptr + head_cols).to(tl.float32)[None, :]
-    return q.to(tl.float32), q_norm, q_hat.to(q.dtype)
+    return q_norm, q_hat.to(q.dtype)
 
 
 @triton.jit
-def _kv_block(k_head, v_head, n0, stride_kl, stride_vl, kv_len, cols, BLOCK_N: tl.constexpr):
+def _kv_block(k_src, v_src, kv_row0, n0, col0, stride_kl, stride_vl, kv_len, BLOCK_N: tl.constexpr,
+              D: tl.constexpr, TMA: tl.constexpr):
     """Keys and values n0 .. n0 + BLOCK_N of one head (zero past kv_len), and which of them exist."""
-    kv = n0 + tl.arange(0, BLOCK_N)
-    kv_ok = kv < kv_len
-    k = tl.load(k_head + kv[:, None] * stride_kl + cols[None, :], mask=kv_ok[:, None], other=0.0)
-    v = tl.load(v_head + kv[:, None] * stride_vl + cols[None, :], mask=kv_ok[:, None], other=0.0)
+    local = tl.arange(0, BLOCK_N)
+    kv_ok = n0 + local < kv_len
+    k = _load(k_src, kv_row0 + n0, local, kv_ok, col0, stride_kl, D, TMA)
+    v = _load(v_src, kv_row0 + n0, local, kv_ok, col0, stride_vl, D, TMA)
     return k, v, kv_ok
 
 
 @triton.jit
-def _attend(q_hat, k_head, v_head, stride_kl, stride_vl, kv_len, scale, cols, ACT: tl.constexpr,
-            BLOCK_N: tl.constexpr):
+def _attend(q_hat, k_src, v_src, kv_row0, col0, stride_kl, stride_vl, kv_len, scale, ACT: tl.constexpr,
+            BLOCK_N: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr):
     """a = s·act(q̂ Kᵀ) V, or softmax(s·q̂ Kᵀ) V with its log-sum-exp (natural log); fp32 [BLOCK_M, D]."""
-    acc = tl.zeros([q_hat.shape[0], q_hat.shape[1]], tl.float32)
+    acc = tl.zeros([q_hat.shape[0], D], tl.float32)
     m_i = tl.full([q_hat.shape[0]], float("-inf"), tl.float32)
     l_i = tl.zeros([q_hat.shape[0]], tl.float32)
     for n0 in range(0, kv_len, BLOCK_N):
-        k, v, kv_ok = _kv_block(k_head, v_head, n0, stride_kl, stride_vl, kv_len, cols, BLOCK_N)
+        k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, col0, stride_kl, stride_vl, kv_len, BLOCK_N, D, TMA)
         s = tl.dot(q_hat, tl.trans(k))
         if ACT == 0:
             s = tl.where(kv_ok[None, :], s * (scale * 1.4426950408889634), float("-inf"))
@@ -160,53 +214,54 @@ def _attend(q_hat, k_head, v_head, stride_kl, stride_vl, kv_len, scale, cols, AC
 
 
 @triton.jit
-def _head_x(q_rows, row_ok, cols, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_head, v_head, stride_kl, stride_vl, kv_len,
-            scale, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr,
-            BLOCK_N: tl.constexpr):
+def _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src, kv_row0,
+            stride_kl, stride_vl, kv_len, scale, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
+            HAS_LN_B: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
     """x = a + q̂ of head h, rounded as eager rounds it (a and q̂ to the input dtype, then their sum), and the
     log-sum-exp of its softmax."""
-    _, _, q_hat = _normalized_q(q_rows + h * D, row_ok, h * D + cols, mean, rstd, ln_w_ptr, ln_b_ptr, HAS_LN_W,
-                                HAS_LN_B)
-    a, lse = _attend(q_hat, k_head, v_head, stride_kl, stride_vl, kv_len, scale, cols, ACT, BLOCK_N)
+    _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+                             HAS_LN_W, HAS_LN_B, TMA)
+    a, lse = _attend(q_hat, k_src, v_src, kv_row0, h * D, stride_kl, stride_vl, kv_len, scale, ACT, BLOCK_N, D,
+                     TMA)
     return (a.to(q_hat.dtype).to(tl.float32) + q_hat.to(tl.float32)).to(q_hat.dtype), lse
 
 
 @triton.jit
 def _forward_kernel(q_ptr, k_ptr, v_ptr, out_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr, rms_w_ptr,
                     mean_ptr, rstd_ptr, rrms_ptr, lse_ptr,
-                    stride_q, stride_o, stride_kb, stride_kl, stride_vb, stride_vl,
+                    num_rows, num_seqs, stride_q, stride_o, stride_kb, stride_kl, stride_vb, stride_vl,
                     kv_len, scale, ln_eps, rms_eps,
                     H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-                    HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                    HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    TMA: tl.constexpr):
     b = tl.program_id(1)
-    rows, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
+    row0, local, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
     if tl.max(row_ok.to(tl.int32), axis=0) == 0:
         return
-    cols = tl.arange(0, D)
-    q_rows = q_ptr + rows[:, None] * stride_q + cols[None, :]
-    o_rows = out_ptr + rows[:, None] * stride_o + cols[None, :]
-    mean, rstd = _layer_norm_stats(q_rows, row_ok, ln_eps, H, D)
+    rows = (row0 + local).to(tl.int64)
+    q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
+    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    mean, rstd = _layer_norm_stats(q_src, row0, local, row_ok, stride_q, ln_eps, H, D, TMA)
 
     sum_x2 = tl.zeros([BLOCK_M], tl.float32)
     for h in tl.static_range(H):
-        x, lse = _head_x(q_rows, row_ok, cols, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_ptr + b * stride_kb + h * D,
-                         v_ptr + b * stride_vb + h * D, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W,
-                         HAS_LN_B, BLOCK_N)
+        x, lse = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
+                         kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
         sum_x2 += tl.sum(x.to(tl.float32) * x.to(tl.float32), axis=1)
-        tl.store(o_rows + h * D, x, mask=row_ok[:, None])
+        _store_rows(out_ptr, row0, local, row_ok, h * D, stride_o, x, D)
         if ACT == 0:
             tl.store(lse_ptr + rows * H + h, lse, mask=row_ok)
     rrms = tl.rsqrt(sum_x2 / (H * D) + rms_eps)
     tl.debug_barrier()  # the x tiles were stored by other threads of this program
 
     for h in tl.static_range(H):
-        x = tl.load(o_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
-        y = x * rrms[:, None]
+        y = _load_own_rows(out_ptr, row0, local, row_ok, h * D, stride_o, D) * rrms[:, None]
         if HAS_RMS_W:
-            y = y * tl.load(rms_w_ptr + h * D + cols).to(tl.float32)[None, :]
-        q = tl.load(q_rows + h * D, mask=row_ok[:, None], other=0.0)
+            y = y * tl.load(rms_w_ptr + h * D + tl.arange(0, D)).to(tl.float32)[None, :]
+        q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
         out = y.to(q.dtype).to(tl.float32) + q.to(tl.float32)
-        tl.store(o_rows + h * D, out.to(q.dtype), mask=row_ok[:, None])
+        _store_rows(out_ptr, row0, local, row_ok, h * D, stride_o, out.to(q.dtype), D)
     tl.store(mean_ptr + rows, mean, mask=row_ok)
     tl.store(rstd_ptr + rows, rstd, mask=row_ok)
     tl.store(rrms_ptr + rows, rrms, mask=row_ok)
@@ -215,21 +270,24 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, out_ptr, offsets_ptr, ln_w_ptr, ln_b_pt
 @triton.jit
 def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr, rms_w_ptr,
                mean_ptr, rstd_ptr, rrms_ptr, lse_ptr, dln_w_part_ptr, dln_b_part_ptr, drms_w_part_ptr,
-               stride_q, stride_g, stride_kb, stride_kl, stride_vb, stride_vl,
+               num_rows, num_seqs, stride_q, stride_g, stride_kb, stride_kl, stride_vb, stride_vl,
                kv_len, scale,
                H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-               HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+               HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               TMA: tl.constexpr):
     """dq (into dq_ptr, also the scratch for x and dq̂ of this program's rows), dx and Δ for the dK/dV kernel, and
     the column partials of dγ, dβ, dw at row ``part`` of their buffers. dx, dq, q share the row stride."""
     b = tl.program_id(1)
     part = b * tl.num_programs(0) + tl.program_id(0)
-    rows, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
+    row0, local, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
     if tl.max(row_ok.to(tl.int32), axis=0) == 0:
         return
+    rows = (row0 + local).to(tl.int64)
     cols = tl.arange(0, D)
-    q_rows = q_ptr + rows[:, None] * stride_q + cols[None, :]
-    g_rows = dout_ptr + rows[:, None] * stride_g + cols[None, :]
-    scratch = dq_ptr + rows[:, None] * stride_q + cols[None, :]
+    q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    g_src = _rows(dout_ptr, num_rows, stride_g, BLOCK_M, H * D, D, TMA)
+    k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
+    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
     mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
     rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
     rrms = tl.load(rrms_ptr + rows, mask=row_ok, other=0.0)
@@ -237,11 +295,10 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
     # 1. recompute x of every head (into the dq scratch) and mean(g·w·x) over the row
     gwx = tl.zeros([BLOCK_M], tl.float32)
     for h in tl.static_range(H):
-        x, _ = _head_x(q_rows, row_ok, cols, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_ptr + b * stride_kb + h * D,
-                       v_ptr + b * stride_vb + h * D, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W,
-                       HAS_LN_B, BLOCK_N)
-        tl.store(scratch + h * D, x, mask=row_ok[:, None])
-        gw = tl.load(g_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
+        x, _ = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
+                       kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
+        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, x, D)
+        gw = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
         if HAS_RMS_W:
             gw = gw * tl.load(rms_w_ptr + h * D + cols).to(tl.float32)[None, :]
         gwx += tl.sum(gw * x.to(tl.float32), axis=1)
@@ -253,27 +310,26 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
     sum_gq = tl.zeros([BLOCK_M], tl.float32)
     for h in tl.static_range(H):
         head_cols = h * D + cols
-        x = tl.load(scratch + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
-        g = tl.load(g_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
+        x = _load_own_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, D)
+        g = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
         gw = g
         if HAS_RMS_W:
             gw = g * tl.load(rms_w_ptr + head_cols).to(tl.float32)[None, :]
             tl.store(drms_w_part_ptr + part * (H * D) + head_cols, tl.sum(g * x * rrms[:, None], axis=0))
         dx = rrms[:, None] * gw - x * (rrms * rrms * rrms * gwx)[:, None]
         dx = dx.to(dx_ptr.dtype.element_ty)
-        tl.store(dx_ptr + rows[:, None] * stride_q + head_cols[None, :], dx, mask=row_ok[:, None])
+        _store_rows(dx_ptr, row0, local, row_ok, h * D, stride_q, dx, D)
 
-        _, q_norm, q_hat = _normalized_q(q_rows + h * D, row_ok, head_cols, mean, rstd, ln_w_ptr, ln_b_ptr,
-                                         HAS_LN_W, HAS_LN_B)
+        q_norm, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+                                      HAS_LN_W, HAS_LN_B, TMA)
         delta = tl.sum(dx.to(tl.float32) * (x - q_hat.to(tl.float32)), axis=1)  # rowsum(dx·a), a = x − q̂
         if ACT == 0:
             tl.store(delta_ptr + rows * H + h, delta, mask=row_ok)
             lse = tl.load(lse_ptr + rows * H + h, mask=row_ok, other=0.0)
-        k_head = k_ptr + b * stride_kb + h * D
-        v_head = v_ptr + b * stride_vb + h * D
         dq_hat = dx.to(tl.float32)
         for n0 in range(0, kv_len, BLOCK_N):
-            k, v, kv_ok = _kv_block(k_head, v_head, n0, stride_kl, stride_vl, kv_len, cols, BLOCK_N)
+            k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, h * D, stride_kl, stride_vl, kv_len, BLOCK_N, D,
+                                    TMA)
             s = tl.dot(q_hat, tl.trans(k))
             dp = tl.dot(dx, tl.trans(v))
             if ACT == 0:
@@ -293,52 +349,52 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
         sum_g += tl.sum(g_ln, axis=1)
         sum_gq += tl.sum(g_ln * q_norm, axis=1)
         tl.debug_barrier()  # every thread has read x of this head before dq̂ overwrites it
-        tl.store(scratch + h * D, dq_hat.to(q_hat.dtype), mask=row_ok[:, None])
+        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, dq_hat.to(q_hat.dtype), D)
     mean_g = sum_g / (H * D)
     mean_gq = sum_gq / (H * D)
     tl.debug_barrier()
 
     # 3. dq = g + rstd·(dq̂·γ − mean(dq̂·γ) − q̂n·mean(dq̂·γ·q̂n))
     for h in tl.static_range(H):
-        head_cols = h * D + cols
-        dq_hat = tl.load(scratch + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
+        dq_hat = _load_own_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, D)
         if HAS_LN_W:
-            dq_hat = dq_hat * tl.load(ln_w_ptr + head_cols).to(tl.float32)[None, :]
-        q = tl.load(q_rows + h * D, mask=row_ok[:, None], other=0.0)
+            dq_hat = dq_hat * tl.load(ln_w_ptr + h * D + cols).to(tl.float32)[None, :]
+        q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
         q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
-        g = tl.load(g_rows + h * D, mask=row_ok[:, None], other=0.0).to(tl.float32)
+        g = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
         dq = g + rstd[:, None] * (dq_hat - mean_g[:, None] - q_norm * mean_gq[:, None])
-        tl.store(scratch + h * D, dq.to(q.dtype), mask=row_ok[:, None])
+        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, dq.to(q.dtype), D)
 
 
 @triton.jit
 def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr,
                  mean_ptr, rstd_ptr, lse_ptr,
-                 stride_q, stride_kb, stride_kl, stride_vb, stride_vl,
+                 num_rows, num_seqs, stride_q, stride_kb, stride_kl, stride_vb, stride_vl,
                  kv_len, scale,
                  H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-                 HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
     """dK, dV of one KV block of one head of one sequence: a loop over the sequence's row blocks. dk, dv are
     contiguous [B, L, H·D]."""
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    cols = tl.arange(0, D)
-    head_cols = h * D + cols
-    kv = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    kv_ok = kv < kv_len
-    k = tl.load(k_ptr + b * stride_kb + kv[:, None] * stride_kl + head_cols[None, :], mask=kv_ok[:, None], other=0.0)
-    v = tl.load(v_ptr + b * stride_vb + kv[:, None] * stride_vl + head_cols[None, :], mask=kv_ok[:, None], other=0.0)
+    n0 = tl.program_id(0) * BLOCK_N
+    q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    dx_src = _rows(dx_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
+    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, h * D, stride_kl, stride_vl, kv_len, BLOCK_N, D, TMA)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     seq_len = tl.load(offsets_ptr + b + 1) - tl.load(offsets_ptr + b)
     for first in range(0, seq_len, BLOCK_M):
-        rows, row_ok = _row_block(offsets_ptr, b, first, BLOCK_M)
+        row0, local, row_ok = _row_block(offsets_ptr, b, first, BLOCK_M)
+        rows = (row0 + local).to(tl.int64)
         mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-        _, _, q_hat = _normalized_q(q_ptr + rows[:, None] * stride_q + head_cols[None, :], row_ok, head_cols, mean,
-                                    rstd, ln_w_ptr, ln_b_ptr, HAS_LN_W, HAS_LN_B)
-        dx = tl.load(dx_ptr + rows[:, None] * stride_q + head_cols[None, :], mask=row_ok[:, None], other=0.0)
+        _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+                                 HAS_LN_W, HAS_LN_B, TMA)
+        dx = _load(dx_src, row0, local, row_ok, h * D, stride_q, D, TMA)
         s_t = tl.dot(k, tl.trans(q_hat))  # [BLOCK_N, BLOCK_M]
         dp_t = tl.dot(v, tl.trans(dx))
         if ACT == 0:
@@ -351,9 +407,9 @@ def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets
             ds_t = tl.where(row_ok[None, :], scale * dp_t * _activation_grad(s_t, ACT), 0.0)
         dv = tl.dot(p_t.to(dx.dtype), dx, dv)
         dk = tl.dot(ds_t.to(q_hat.dtype), q_hat, dk)
-    out = b * kv_len * (H * D) + kv[:, None] * (H * D) + head_cols[None, :]
-    tl.store(dk_ptr + out, dk.to(k.dtype), mask=kv_ok[:, None])
-    tl.store(dv_ptr + out, dv.to(v.dtype), mask=kv_ok[:, None])
+    local_kv = tl.arange(0, BLOCK_N)
+    _store_rows(dk_ptr, b * kv_len + n0, local_kv, kv_ok, h * D, H * D, dk.to(k.dtype), D)
+    _store_rows(dv_ptr, b * kv_len + n0, local_kv, kv_ok, h * D, H * D, dv.to(v.dtype), D)
 
 
 # --- host side ------------------------------------------------------------------------------------------------------
@@ -386,16 +442,44 @@ def default_config(kv_len: int, head_dim: int, kernel: str = "forward") -> tuple
     return (64 if kernel == "dkdv" else 32), block_n, 4, 2
 
 
-def _launch_options(config):
+def _launch_options(config, tma: bool):
     block_m, block_n, warps, stages = config
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma)
+
+
+def _tma_ok(rows: list, kv: list) -> bool:
+    """Whether every operand can be read through tensor descriptors: 16-byte aligned bases and row strides, row-major
+    rows, and k/v whose [B, L, W] flattens to [B·L, W] without a copy."""
+    def aligned(t):
+        return t.data_ptr() % 16 == 0 and (t.stride(-2) * t.element_size()) % 16 == 0 and t.stride(-1) == 1
+
+    return (all(aligned(t) for t in rows + kv)
+            and all(t.stride(0) == t.shape[1] * t.stride(1) for t in kv))
+
+
+# The descriptor path is right in the interpreter but has not run on a GPU yet (written 2026-11-30 after the last
+# device call): the pointer path, measured and validated on the H200, stays the default until it has.
+TMA_BY_DEFAULT = False
+
+
+def _use_tma(tma: Optional[bool], rows: list, kv: list) -> bool:
+    if tma is None:
+        tma = TMA_BY_DEFAULT and _tma_ok(rows, kv)
+    elif tma and not _tma_ok(rows, kv):
+        raise ValueError("tma=True, but an operand is not aligned or k/v do not flatten to [B·L, W]")
+    if tma and rows[0].is_cuda:
+        from .norm_gemm import _ensure_allocator
+
+        _ensure_allocator()
+    return tma
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
             ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
-            activation: str, ln_eps: float, rms_eps: float, config=None
+            activation: str, ln_eps: float, rms_eps: float, config=None, tma: Optional[bool] = None
             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """out [T, H·D], mean, rstd, rrms [T] fp32, lse [T, H] fp32 (softmax; else empty)."""
+    """out [T, H·D], mean, rstd, rrms [T] fp32, lse [T, H] fp32 (softmax; else empty). ``tma``: read through
+    tensor descriptors (None: TMA_BY_DEFAULT, where the operands allow)."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
     act = ACTIVATIONS[activation]
@@ -403,20 +487,21 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
     mean, rstd, rrms = (torch.empty(T, device=q.device, dtype=torch.float32) for _ in range(3))
     lse = torch.empty(T if act == 0 else 0, heads, device=q.device, dtype=torch.float32)
     config = config or default_config(kv_len, width // heads)
+    tma = _use_tma(tma, [q], [k, v])
     grid = (triton.cdiv(max_len, config[0]), B)
     _forward_kernel[grid](q, k, v, out, offsets, ln_weight, ln_bias, rms_weight, mean, rstd, rrms, lse,
-                          q.stride(0), out.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                          T, B, q.stride(0), out.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                           kv_len, scale, ln_eps, rms_eps,
                           H=heads, D=width // heads, ACT=act, HAS_LN_W=ln_weight is not None,
                           HAS_LN_B=ln_bias is not None, HAS_RMS_W=rms_weight is not None,
-                          **_launch_options(config))
+                          **_launch_options(config, tma))
     return out, mean, rstd, rrms, lse
 
 
 def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
              ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
              activation: str, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, dq_config=None,
-             dkdv_config=None):
+             dkdv_config=None, tma: Optional[bool] = None):
     """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
@@ -432,6 +517,7 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
     dq_config = dq_config or default_config(kv_len, head_dim, "dq")
     dkdv_config = dkdv_config or default_config(kv_len, head_dim, "dkdv")
     m_blocks = triton.cdiv(max_len, dq_config[0])
+    tma = _use_tma(tma, [q, grad_out, dx], [k, v])
 
     def partials(weight):
         return None if weight is None else torch.zeros(B * m_blocks, width, device=q.device, dtype=torch.float32)
@@ -440,13 +526,13 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
     flags = dict(H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None)
     _dq_kernel[(m_blocks, B)](q, k, v, grad_out, dq, dx, delta, offsets, ln_weight, ln_bias, rms_weight,
                               mean, rstd, rrms, lse, dln_w, dln_b, drms_w,
-                              q.stride(0), grad_out.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                              kv_len, scale, HAS_RMS_W=rms_weight is not None, **flags,
-                              **_launch_options(dq_config))
+                              T, B, q.stride(0), grad_out.stride(0), k.stride(0), k.stride(1), v.stride(0),
+                              v.stride(1), kv_len, scale, HAS_RMS_W=rms_weight is not None, **flags,
+                              **_launch_options(dq_config, tma))
     _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
         q, k, v, dk, dv, dx, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
-        q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, **flags,
-        **_launch_options(dkdv_config))
+        T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, **flags,
+        **_launch_options(dkdv_config, tma))
 
     def finish(part, weight):
         return None if part is None else part.sum(0).to(weight.dtype)

@@ -265,8 +265,8 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     if config.policy == "never":
         return Choice(False, "unfused", "policy=never")
     width = site.heads * site.head_dim
-    fake_q = torch.empty(0, width, dtype=site.dtype)
-    fake_kv = torch.empty(0, site.kv_len, width, dtype=site.dtype)
+    fake_q = torch.empty(0, width, dtype=site.dtype, device=site.device)  # shapes and device only
+    fake_kv = torch.empty(0, site.kv_len, width, dtype=site.dtype, device=site.device)
     reason = norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.heads, site.activation)
     if site.device.type != "cuda":
         reason = f"no fused kernel for device '{site.device.type}'"

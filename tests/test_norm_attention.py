@@ -135,6 +135,17 @@ def test_fake_and_opcheck():
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
+@interpreter
+def test_backward_op_fake_and_opcheck(monkeypatch):
+    """The backward op (what AOTAutograd traces) against its fake implementation, with the kernels."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    args, grad_out = norm_attention_case([3, 5], heads=2, head_dim=16, kv_len=6, activation="softmax",
+                                         dtype=torch.float32)
+    stats = op(**args)[1:]
+    torch.library.opcheck(torch.ops.norm_fusion.norm_attention_backward, (grad_out, *args.values(), *stats),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
 def test_dense_function_matches_eager_block():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 7, 32), torch.randn(2, 5, 32), torch.randn(2, 5, 32)

@@ -287,9 +287,13 @@ def test_reduction_over_other_dim_is_not_rewritten():
     assert FUSED_OP not in _forward_graph(post)
 
 
-def test_norm_without_matmul_is_not_a_site():
-    sites, _, _ = run(_init(NormIntoNonMatmul()), torch.randn(2, 3, 32), train=False)
-    assert sites == []
+def test_norm_without_matmul_is_reported_once_not_rewritten():
+    """No family takes it (the weighted and weightless forms both match it, and neither records it); the
+    leftover scan reports it once, with what it feeds."""
+    sites, _, post = run(_init(NormIntoNonMatmul()), torch.randn(2, 3, 32), train=False)
+    assert [(s.fusion, s.rewritten) for s in sites] == [("standalone", False)], [s.line() for s in sites]
+    assert "feeds no matmul or attention" in sites[0].reason
+    assert FUSED_OP not in _forward_graph(post)
 
 
 def test_policy_never_reports_but_does_not_rewrite():

@@ -320,8 +320,8 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
         dx = dx.to(dx_ptr.dtype.element_ty)
         _store_rows(dx_ptr, row0, local, row_ok, h * D, stride_q, dx, D)
 
-        q_norm, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
-                                      HAS_LN_W, HAS_LN_B, TMA)
+        _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+                                 HAS_LN_W, HAS_LN_B, TMA)
         delta = tl.sum(dx.to(tl.float32) * (x - q_hat.to(tl.float32)), axis=1)  # rowsum(dx·a), a = x − q̂
         if ACT == 0:
             tl.store(delta_ptr + rows * H + h, delta, mask=row_ok)
@@ -339,6 +339,9 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
                 ds = tl.where(kv_ok[None, :], scale * dp * _activation_grad(s, ACT), 0.0)
             dq_hat = tl.dot(ds.to(k.dtype), k, dq_hat)
         dq_hat = dq_hat.to(q_hat.dtype).to(tl.float32)  # eager's gradient of q̂ is a tensor of the input dtype
+        # q̂n again from q (an L1/L2 hit) rather than kept live through the KV loop's dots: registers are the limit
+        q_norm = (_load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32) - mean[:, None]) \
+            * rstd[:, None]
         if HAS_LN_W:
             tl.store(dln_w_part_ptr + part * (H * D) + head_cols, tl.sum(dq_hat * q_norm, axis=0))
             g_ln = dq_hat * tl.load(ln_w_ptr + head_cols).to(tl.float32)[None, :]
@@ -420,6 +423,8 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
         return f"activation {activation!r} (supported: {sorted(ACTIVATIONS)})"
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtypes q {q.dtype}, k {k.dtype}, v {v.dtype} (fp16/bf16/fp32, all alike)"
+    if q.dtype == torch.float32 and q.is_cuda and not torch.backends.cuda.matmul.allow_tf32:
+        return "fp32 on the GPU: the kernels' dots would round to TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
     if q.shape[-1] % heads:
         return f"width {q.shape[-1]} is not a multiple of {heads} heads"
     head_dim = q.shape[-1] // heads

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx import Graph, Node
 
-from norm_fusion_inductor import attention_ops, selection
+from norm_fusion_inductor import attention_ops, selection  # noqa: F401  (registers the ops)
 from norm_fusion_inductor.kernels import norm_attention as kernels
 
 FUSION = "norm_attention"
@@ -320,7 +320,3 @@ def apply(graph: Graph, ctx) -> None:
         _rewrite(graph, node, block)
         ctx.accept(site, choice.implementation, choice.reason)
 
-
-def reference_block(*args, **kwargs):
-    """The eager block this family matches (for tests and examples)."""
-    return attention_ops.norm_attention_block(*args, **kwargs)

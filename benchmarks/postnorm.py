@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from prenorm import bench_round_robin, parse_shapes, rel_err, sweep_arguments
+from prenorm import add_timings, parse_shapes, rel_err, sweep_arguments
 
 SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (256, 512, 1024, 2048, 4096)]
 LARGE = [(16384, 4096, 4096)]
@@ -105,12 +105,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
     row["err_plugin"] = rel_err(plugin(*inputs), ref)
     row["err_plugin_fused"] = rel_err(plugin_fused(*inputs), ref)
     row["err_default"] = rel_err(default(*inputs), ref)
-    row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=args.cudagraph).items()})
-    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
-    for impl in ("fused_kernel", "plugin", "plugin_fused"):
-        t = row[f"t_{impl}"]
-        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
-        row[f"ratio_{impl}"] = t / best_baseline
+    add_timings(row, fns, args.cudagraph)
     row["compile_s"] = compile_t
     return row
 

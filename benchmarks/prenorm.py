@@ -80,6 +80,17 @@ def bench_round_robin(fns: dict, rounds: int = 2, cudagraph: bool = False) -> di
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def add_timings(row: dict, fns: dict, cudagraph: bool) -> None:
+    """Time ``fns`` side by side into row["t_<name>"], then each fused implementation's hidden fraction of the
+    norm, (t_norm + t_mm − t) / t_norm, and its ratio to the best baseline (default or max-autotune)."""
+    row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=cudagraph).items()})
+    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    for impl in ("fused_kernel", "plugin", "plugin_fused"):
+        t = row[f"t_{impl}"]
+        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
+        row[f"ratio_{impl}"] = t / best_baseline
+
+
 def run_shape(M, K, N, dtype, args) -> dict:
     import norm_fusion_inductor as nfi
     from norm_fusion_inductor.kernels import norm_gemm as kern
@@ -151,12 +162,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
     row["err_plugin"] = rel_err(plugin(x, g, w), ref)
     row["err_plugin_fused"] = rel_err(plugin_fused(x, g, w), ref)
     row["err_default"] = rel_err(default(x, g, w), ref)
-    row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=args.cudagraph).items()})
-    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
-    for impl in ("fused_kernel", "plugin", "plugin_fused"):
-        t = row[f"t_{impl}"]
-        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
-        row[f"ratio_{impl}"] = t / best_baseline
+    add_timings(row, fns, args.cudagraph)
     if "t_plain_gemm" in row:
         row["gemm_vs_cublas"] = row["t_plain_gemm"] / row["t_mm"]
     row["compile_s"] = compile_t

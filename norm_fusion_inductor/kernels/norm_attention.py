@@ -44,7 +44,6 @@ from torch import Tensor
 
 ACTIVATIONS = {"softmax": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 MAX_KV_LEN = 256
-LOG2E = 1.4426950408889634
 
 
 @triton.jit

@@ -7,6 +7,7 @@
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
+#   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -52,6 +53,13 @@ attention)
         | tee "$OUT/attention_configs.log"
     timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/attention.py --no-max-autotune --json "$OUT/attention.json" \
         "$@" 2>&1 | grep "^|\|Error" | tee "$OUT/attention.log"
+    ;;
+qk_norm)
+    shift
+    timeout 200 python3 benchmarks/qk_norm.py --check > "$OUT/qk_check.log" 2>&1; grep -E "check|Error" "$OUT/qk_check.log" | cut -c1-400
+    timeout 150 python3 benchmarks/qk_norm.py --configs > "$OUT/qk_configs.log" 2>&1; grep -E "config|Error" "$OUT/qk_configs.log"
+    timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/qk_norm.py --json "$OUT/qk_norm.json" "$@" 2>&1 \
+        | grep "^|\|Error\|failed" | tee "$OUT/qk_norm.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

@@ -6,12 +6,13 @@
 See README.md.
 """
 
-from . import attention_ops, ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
+from . import attention_ops, ops, qk_norm_ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
 from .attention_ops import flash_norm_attention
 from .backend import norm_fusion_backend
 from .config import FUSIONS, NormFusionConfig
 from .explain import Explanation, explain
 from .passes import NormFusionPass, enabled, inductor_options
+from .qk_norm_ops import qk_norm_attention
 from .report import SiteRecord, clear_reports, reports
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "flash_norm_attention",
     "inductor_options",
     "norm_fusion_backend",
+    "qk_norm_attention",
     "reports",
 ]
 __version__ = "0.1.0"

@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-FUSIONS = ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")  # every family there is
+FUSIONS = ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention", "qk_norm_attention")  # every family there is
 POLICIES = ("auto", "always", "never")
 LAUNCHES = ("direct", "op")
 

@@ -15,8 +15,10 @@ log = logging.getLogger("norm_fusion_inductor")
 _HISTORY: list["SiteRecord"] = []
 KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
          "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
-         "norm_attention": "LayerNorm → attention → RMSNorm", "qk_norm": "norm → attention (QK-norm)",
+         "norm_attention": "LayerNorm → attention → RMSNorm", "qk_norm_attention": "QK-norm (± RoPE) → attention",
+         "qk_norm": "norm → attention (QK-norm)",
          "standalone": "norm, no fused neighbour"}
+_SHAPE_NAMES = {"norm_attention": "BxLqxLkxHxD", "qk_norm_attention": "BxLqxLkxHqxHkxD"}
 _MAX_HISTORY = 10_000  # older records are dropped
 
 
@@ -43,7 +45,7 @@ class SiteRecord:
         shape = "x".join(str(s) for s in self.shape) if self.shape else "-"
         status = "REWRITTEN" if self.rewritten else "not rewritten"
         return (f"[graph {self.graph}] {self.fusion} {status}: pattern={self.pattern} node={self.node} "
-                f"{'BxLqxLkxHxD' if self.fusion == 'norm_attention' else 'MxKxN'}={shape} dtype={self.dtype} impl={self.implementation}: {self.reason}")
+                f"{_SHAPE_NAMES.get(self.fusion, 'MxKxN')}={shape} dtype={self.dtype} impl={self.implementation}: {self.reason}")
 
 
 def enable_logging(level: int = logging.INFO) -> None:

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 
 from .config import NormFusionConfig
-from .kernels import norm_attention, norm_gemm
+from .kernels import norm_attention, norm_gemm, qk_norm_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +68,11 @@ def _cache_file(config: NormFusionConfig) -> pathlib.Path:
 def _key(site) -> str:
     import triton
 
-    if isinstance(site, AttentionSite):
+    if isinstance(site, (AttentionSite, QKNormSite)):
+        module = norm_attention if isinstance(site, AttentionSite) else qk_norm_attention
         return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
-                                          triton.__version__, _kernel_source_hash(norm_attention),
-                                          *dataclasses.astuple(site)))
+                                          triton.__version__, _kernel_source_hash(module),
+                                          type(site).__name__, *dataclasses.astuple(site)))
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
     return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, _kernel_source_hash(),
@@ -329,6 +330,103 @@ def _measure_attention(site: AttentionSite) -> dict:
            "copy_ms": lambda: y.copy_(q.detach())}
     # autograd runs the backward on its own device thread, which a CUDA-graph capture does not see: training
     # sites are timed by plain do_bench, every side alike
+    bench = do_bench if site.train else do_bench_cudagraph
+    times = {name: [] for name in fns}
+    for _ in range(3):
+        for name, fn in fns.items():
+            times[name].append(bench(fn, rep=30, return_mode="median"))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class QKNormSite:
+    """Per-head RMSNorm of q and k (± rotary embedding) → SDPA."""
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    causal: bool
+    rope: bool
+    train: bool = False
+
+    @property
+    def shape(self) -> tuple:
+        return (self.batch, self.q_len, self.kv_len, self.heads, self.kv_heads, self.head_dim)
+
+
+def choose_qk_norm_attention(site: QKNormSite, config: NormFusionConfig) -> Choice:
+    """As ``choose_attention``, for QK-norm. The unfused lower bound is SDPA (its default backend, as the
+    compiled graph calls it) on normalized q, k plus the norms' bytes in copies of q and k: forward 2 (each
+    norm + rotary reads x and writes x̂), backward 3 more."""
+    if config.policy == "never":
+        return Choice(False, "unfused", "policy=never")
+    B, L, S, HQ, HK, D = site.shape
+    fake_q = torch.empty(0, HQ, L, D, dtype=site.dtype, device=site.device)  # shapes and device only
+    fake_kv = torch.empty(0, HK, S, D, dtype=site.dtype, device=site.device)
+    reason = qk_norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.rope)
+    if site.device.type != "cuda":
+        reason = f"no fused kernel for device '{site.device.type}'"
+    if reason is not None:
+        if config.policy == "always":
+            return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
+        return Choice(False, "unfused", reason)
+    if config.policy == "always":
+        return Choice(True, "fused_triton", "policy=always")
+    try:
+        t = _cached(site, config, "times", _measure_qk_norm_attention)
+    except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
+        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+    copies = 5 if site.train else 2
+    unfused_ms = t["attention_ms"] + copies * t["copy_ms"]
+    what = "forward + backward" if site.train else "forward"
+    detail = (f"{what}: measured fused {t['fused_ms']:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
+              f"(SDPA {t['attention_ms']:.4f} + {copies} copies of q and k {copies * t['copy_ms']:.4f})")
+    if t["fused_ms"] * config.min_speedup >= unfused_ms:
+        return Choice(False, "unfused", detail)
+    return Choice(True, "fused_triton", detail)
+
+
+def _measure_qk_norm_attention(site: QKNormSite) -> dict:
+    """Median times (three interleaved rounds) of the fused op, SDPA alone and a copy of q and k; forward
+    (CUDA-graph replays), or forward + backward (plain do_bench, as for the other attention sites)."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    from . import qk_norm_ops
+
+    dev, dt = site.device, site.dtype
+    B, L, S, HQ, HK, D = site.shape
+    q = torch.randn(B, L, HQ, D, device=dev, dtype=dt).transpose(1, 2).requires_grad_(site.train)
+    k, v = (torch.randn(B, S, HK, D, device=dev, dtype=dt).transpose(1, 2).requires_grad_(site.train)
+            for _ in range(2))
+    wq, wk = ((1 + 0.1 * torch.randn(D, device=dev)).to(dt).requires_grad_(site.train) for _ in range(2))
+    cos = sin = None
+    if site.rope:
+        angles = torch.rand(1, L, D, device=dev)
+        cos, sin = angles.cos().to(dt), angles.sin().to(dt)
+    scale = D ** -0.5
+
+    def fused():
+        return qk_norm_ops.qk_norm_attention_op(q, k, v, wq, wk, cos, sin, 1e-6, 1e-6, scale, site.causal,
+                                                site.train)[0]
+
+    def attention():
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=site.causal, scale=scale,
+                                                                enable_gqa=HQ != HK)
+
+    def with_backward(fn, leaves):
+        if not site.train:
+            return fn
+        grad = torch.randn_like(fn())
+        return lambda: torch.autograd.grad(fn(), leaves, grad)
+
+    qk = torch.cat([q.detach().flatten(), k.detach().flatten()])
+    y = torch.empty_like(qk)
+    fns = {"fused_ms": with_backward(fused, [q, k, v, wq, wk]), "attention_ms": with_backward(attention, [q, k, v]),
+           "copy_ms": lambda: y.copy_(qk)}
     bench = do_bench if site.train else do_bench_cudagraph
     times = {name: [] for name in fns}
     for _ in range(3):

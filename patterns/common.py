@@ -518,7 +518,8 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         fed, stops = _fed(node, ctx.backward)
         if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
-            reason = "feeds attention: a per-head q/k norm (QK-norm), whose fusion is not implemented yet"
+            reason = ("feeds attention: a per-head q/k norm (QK-norm) that the qk_norm_attention family did not "
+                      "rewrite (its record, if any, says why; it matches only before autograd)")
         elif fed == "attention":
             site = ctx.site("standalone", norm, node)
             reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "

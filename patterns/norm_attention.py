@@ -30,81 +30,17 @@ from torch.fx import Graph, Node
 from norm_fusion_inductor import attention_ops, selection  # noqa: F401  (registers the ops)
 from norm_fusion_inductor.kernels import norm_attention as kernels
 
+from .torch_level import (ADD, DIV, LAYER_NORM, MATMUL, MUL, RMS_NORM, SDPA, Reject, arg, is_call, is_view, shape,
+                          skip_contiguous, swaps_dims_1_2, swaps_last_two, value)
+
 FUSION = "norm_attention"
-
-_ADD = (operator.add, torch.add, torch.Tensor.add)
-_MUL = (operator.mul, torch.mul, torch.Tensor.mul)
-_DIV = (operator.truediv, torch.div, torch.true_divide, torch.Tensor.div)
-_MATMUL = (operator.matmul, torch.matmul, torch.bmm)
-_LAYER_NORM = (F.layer_norm, torch.layer_norm)
-_RMS_NORM = (F.rms_norm, torch.rms_norm)
-_SDPA = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
-
-
-class Reject(Exception):
-    """Not this block, or a variant the op does not take: the message says which."""
-
-
-def _is(node, functions=(), methods=()) -> bool:
-    if not isinstance(node, Node):
-        return False
-    if node.op == "call_function":
-        return node.target in functions
-    return node.op == "call_method" and node.target in methods
-
-
-def _arg(node: Node, index: int, name: str, default=None):
-    """Argument of a call by position or keyword. For call_method, position 0 is the tensor itself."""
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
-
-def _value(node):
-    return node.meta.get("example_value", node.meta.get("val")) if isinstance(node, Node) else None
-
-
-def _shape(node) -> tuple:
-    return tuple(_value(node).shape)
-
-
-def _skip_contiguous(node: Node, internal: list) -> Node:
-    while _is(node, methods=("contiguous",)):
-        internal.append(node)
-        node = node.args[0]
-    return node
-
-
-def _is_view(node) -> bool:
-    return _is(node, (torch.reshape,), ("view", "reshape"))
-
-
-def _swaps_dims_1_2(node) -> bool:
-    """transpose(1, 2) / permute(0, 2, 1, 3) of a 4-D tensor."""
-    if _is(node, (torch.transpose,), ("transpose",)):
-        dims = {d % 4 for d in node.args[1:3]}
-        return len(node.args) >= 3 and dims == {1, 2}
-    if _is(node, (torch.permute,), ("permute",)):
-        dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
-        return [d % 4 for d in dims] == [0, 2, 1, 3]
-    return False
-
-
-def _swaps_last_two(node) -> bool:
-    if _is(node, (torch.transpose,), ("transpose",)):
-        return len(node.args) >= 3 and {d % 4 for d in node.args[1:3]} == {2, 3}
-    if _is(node, (torch.permute,), ("permute",)):
-        dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
-        return [d % 4 for d in dims] == [0, 1, 3, 2]
-    return False
-
 
 def _heads_of(node: Node, what: str) -> Node:
     """The [B, L, W] tensor that ``node`` ([B, H, L, D]) splits into heads by view + transpose."""
-    if not _swaps_dims_1_2(node) or not _is_view(node.args[0]):
+    if not swaps_dims_1_2(node) or not is_view(node.args[0]):
         raise Reject(f"{what} is not split into heads by view/reshape + transpose(1, 2)")
     source = node.args[0].args[0]
-    if len(_shape(source)) != 3:
+    if len(shape(source)) != 3:
         raise Reject(f"{what}'s source is not [B, L, H·D]")
     return source
 
@@ -128,51 +64,51 @@ class Block:
 
 def _scale_of(node: Node) -> Optional[tuple[Node, float]]:
     """(operand, s) when node is operand * s or operand / c (s = 1/c) for a Python number."""
-    if _is(node, _MUL, ("mul",)) and len(node.args) == 2:
+    if is_call(node, MUL, ("mul",)) and len(node.args) == 2:
         a, b = node.args
         if isinstance(b, (int, float)) and not isinstance(b, bool):
             return a, float(b)
         if isinstance(a, (int, float)) and not isinstance(a, bool):
             return b, float(a)
-    if _is(node, _DIV, ("div",)) and len(node.args) == 2 and isinstance(node.args[1], (int, float)):
+    if is_call(node, DIV, ("div",)) and len(node.args) == 2 and isinstance(node.args[1], (int, float)):
         return node.args[0], 1.0 / node.args[1]
     return None
 
 
 def _activation_of(node: Node) -> Optional[tuple[Node, str]]:
     """(input, name) when node is one of the kernel's activations of its input."""
-    if _is(node, (F.silu,)):
+    if is_call(node, (F.silu,)):
         return node.args[0], "silu"
-    if _is(node, (F.gelu,)):
-        approximate = _arg(node, 1, "approximate", "none")
+    if is_call(node, (F.gelu,)):
+        approximate = arg(node, 1, "approximate", "none")
         return node.args[0], {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
     squared = None
-    if _is(node, (torch.square,), ("square",)):
+    if is_call(node, (torch.square,), ("square",)):
         squared = node.args[0]
-    elif _is(node, (operator.pow, torch.pow), ("pow",)) and len(node.args) == 2 and node.args[1] == 2:
+    elif is_call(node, (operator.pow, torch.pow), ("pow",)) and len(node.args) == 2 and node.args[1] == 2:
         squared = node.args[0]
-    if squared is not None and _is(squared, (torch.relu, F.relu), ("relu",)):
+    if squared is not None and is_call(squared, (torch.relu, F.relu), ("relu",)):
         return squared.args[0], "relu2"
     return None
 
 
 def _attention(a: Node, internal: list) -> tuple[Node, Node, Node, float, str]:
     """(qh, kh, vh, scale, activation) of the attention that produces ``a`` [B, H, L, D]."""
-    if _is(a, _SDPA):
-        if _arg(a, 3, "attn_mask") is not None or _arg(a, 4, "dropout_p", 0.0) != 0.0:
+    if is_call(a, SDPA):
+        if arg(a, 3, "attn_mask") is not None or arg(a, 4, "dropout_p", 0.0) != 0.0:
             raise Reject("attention with a mask or dropout")
-        if _arg(a, 5, "is_causal", False) or _arg(a, 7, "enable_gqa", False):
+        if arg(a, 5, "is_causal", False) or arg(a, 7, "enable_gqa", False):
             raise Reject("causal or GQA attention (not in the fused block)")
-        scale = _arg(a, 6, "scale")
+        scale = arg(a, 6, "scale")
         qh, kh, vh = a.args[:3]
         internal.append(a)
-        return qh, kh, vh, scale if scale is not None else _shape(qh)[-1] ** -0.5, "softmax"
+        return qh, kh, vh, scale if scale is not None else shape(qh)[-1] ** -0.5, "softmax"
     scale = 1.0
     scaled = _scale_of(a)
     if scaled is not None:  # (act(S) @ V) * s
         internal.append(a)
         a, scale = scaled
-    if not _is(a, _MATMUL):
+    if not is_call(a, MATMUL):
         raise Reject("the attention is neither F.scaled_dot_product_attention nor act(q kᵀ)·s @ v")
     p, vh = a.args[:2]
     internal.append(a)
@@ -188,7 +124,7 @@ def _attention(a: Node, internal: list) -> tuple[Node, Node, Node, float, str]:
     internal.append(p)
     if isinstance(p.args[0], Node) and p.args[0] is not scores:  # relu(s)²: the relu node
         internal.append(p.args[0])
-    if not _is(scores, _MATMUL) or not _swaps_last_two(scores.args[1]):
+    if not is_call(scores, MATMUL) or not swaps_last_two(scores.args[1]):
         raise Reject("the scores are not q @ k.transpose(-2, -1)")
     internal += [scores, scores.args[1]]
     return scores.args[0], scores.args[1].args[0], vh, scale, activation
@@ -196,33 +132,33 @@ def _attention(a: Node, internal: list) -> tuple[Node, Node, Node, float, str]:
 
 def match_block(final_add: Node) -> Block:
     """The block ending at ``final_add`` (= rms_norm(x) + q), or Reject."""
-    if not _is(final_add, _ADD, ("add",)) or len(final_add.args) != 2:
+    if not is_call(final_add, ADD, ("add",)) or len(final_add.args) != 2:
         raise Reject("not an add")
     rms, q = final_add.args
-    if not _is(rms, _RMS_NORM):
+    if not is_call(rms, RMS_NORM):
         rms, q = q, rms
-    if not _is(rms, _RMS_NORM):
+    if not is_call(rms, RMS_NORM):
         raise Reject("not rms_norm(x) + q")
     x = rms.args[0]
-    width = _shape(x)[-1]
-    if tuple(_arg(rms, 1, "normalized_shape")) != (width,):
+    width = shape(x)[-1]
+    if tuple(arg(rms, 1, "normalized_shape")) != (width,):
         raise Reject("the RMSNorm does not span the last dimension alone")
-    if not _is(x, _ADD, ("add",)) or len(x.args) != 2:
+    if not is_call(x, ADD, ("add",)) or len(x.args) != 2:
         raise Reject("the RMSNorm's input is not a residual add")
     merged, q_hat = x.args
-    if not _is(q_hat, _LAYER_NORM):
+    if not is_call(q_hat, LAYER_NORM):
         merged, q_hat = q_hat, merged
-    if not _is(q_hat, _LAYER_NORM) or q_hat.args[0] is not q:
+    if not is_call(q_hat, LAYER_NORM) or q_hat.args[0] is not q:
         raise Reject("the inner residual is not the LayerNorm of the same q")
-    if tuple(_arg(q_hat, 1, "normalized_shape")) != (width,):
+    if tuple(arg(q_hat, 1, "normalized_shape")) != (width,):
         raise Reject("the LayerNorm does not span the last dimension alone")
     internal = [rms, x, q_hat]
-    merged = _skip_contiguous(merged, internal)
-    if not _is_view(merged):
+    merged = skip_contiguous(merged, internal)
+    if not is_view(merged):
         raise Reject("the heads are not merged by view/reshape")
     internal.append(merged)
-    swapped = _skip_contiguous(merged.args[0], internal)
-    if not _swaps_dims_1_2(swapped):
+    swapped = skip_contiguous(merged.args[0], internal)
+    if not swaps_dims_1_2(swapped):
         raise Reject("the heads are not merged by transpose(1, 2)")
     internal.append(swapped)
     qh, kh, vh, scale, activation = _attention(swapped.args[0], internal)
@@ -230,25 +166,25 @@ def match_block(final_add: Node) -> Block:
         raise Reject("the attention's q is not the LayerNorm's output")
     internal += [qh, qh.args[0]]
     k, v = _heads_of(kh, "k"), _heads_of(vh, "v")
-    heads = _shape(qh)[1]
-    q_shape, k_shape = _shape(q), _shape(k)
-    if len(q_shape) != 3 or k_shape != _shape(v) or k_shape[0] != q_shape[0] or k_shape[2] != width:
-        raise Reject(f"shapes q {q_shape}, k {k_shape}, v {_shape(v)}: expected [B, L, W] and [B, Lk, W]")
-    ln_eps = _arg(q_hat, 4, "eps", 1e-5)
-    rms_eps = _arg(rms, 3, "eps", None)
+    heads = shape(qh)[1]
+    q_shape, k_shape = shape(q), shape(k)
+    if len(q_shape) != 3 or k_shape != shape(v) or k_shape[0] != q_shape[0] or k_shape[2] != width:
+        raise Reject(f"shapes q {q_shape}, k {k_shape}, v {shape(v)}: expected [B, L, W] and [B, Lk, W]")
+    ln_eps = arg(q_hat, 4, "eps", 1e-5)
+    rms_eps = arg(rms, 3, "eps", None)
     if rms_eps is None:
-        rms_eps = torch.finfo(_value(x).dtype).eps
-    return Block(q, k, v, heads, _arg(q_hat, 2, "weight"), _arg(q_hat, 3, "bias"), float(ln_eps),
-                 _arg(rms, 2, "weight"), float(rms_eps), float(scale), activation, internal,
+        rms_eps = torch.finfo(value(x).dtype).eps
+    return Block(q, k, v, heads, arg(q_hat, 2, "weight"), arg(q_hat, 3, "bias"), float(ln_eps),
+                 arg(rms, 2, "weight"), float(rms_eps), float(scale), activation, internal,
                  [kh, kh.args[0], vh, vh.args[0]])
 
 
 def _looks_like_block(final_add: Node) -> bool:
     """rms_norm(x) + q with x = something + layer_norm(...): the skeleton of the block, worth a report when the
     rest does not match."""
-    rms = next(a for a in final_add.args if _is(a, _RMS_NORM))
+    rms = next(a for a in final_add.args if is_call(a, RMS_NORM))
     x = rms.args[0]
-    return _is(x, _ADD, ("add",)) and any(_is(a, _LAYER_NORM) for a in x.args)
+    return is_call(x, ADD, ("add",)) and any(is_call(a, LAYER_NORM) for a in x.args)
 
 
 def _outside_readers(block: Block, final_add: Node) -> list:
@@ -257,24 +193,24 @@ def _outside_readers(block: Block, final_add: Node) -> list:
 
 
 def _site(block: Block) -> selection.AttentionSite:
-    q, k = _value(block.q), _value(block.k)
+    q, k = value(block.q), value(block.k)
     return selection.AttentionSite(batch=q.shape[0], q_len=q.shape[1], kv_len=k.shape[1], heads=block.heads,
                                    head_dim=q.shape[2] // block.heads, dtype=q.dtype, device=q.device,
                                    activation=block.activation, has_ln_weight=block.ln_weight is not None,
                                    has_ln_bias=block.ln_bias is not None,
                                    has_rms_weight=block.rms_weight is not None,
                                    train=torch.is_grad_enabled() and any(
-                                       _value(t).requires_grad for t in (block.q, block.k, block.v,
+                                       value(t).requires_grad for t in (block.q, block.k, block.v,
                                                                           block.ln_weight, block.ln_bias,
                                                                           block.rms_weight) if t is not None))
 
 
 def _rewrite(graph: Graph, final_add: Node, block: Block) -> None:
-    B, L, W = _shape(block.q)
+    B, L, W = shape(block.q)
     with graph.inserting_before(final_add):
         rows = graph.call_function(torch.reshape, (block.q, (B * L, W)))
         offsets = graph.call_function(torch.arange, (0, (B + 1) * L, L),
-                                      {"device": _value(block.q).device, "dtype": torch.int32})
+                                      {"device": value(block.q).device, "dtype": torch.int32})
         op = graph.call_function(torch.ops.norm_fusion.norm_attention.default,
                                  (rows, block.k, block.v, offsets, L, block.heads, block.ln_weight, block.ln_bias,
                                   block.rms_weight, block.scale, block.activation, block.ln_eps, block.rms_eps))
@@ -291,7 +227,7 @@ def _rewrite(graph: Graph, final_add: Node, block: Block) -> None:
 def apply(graph: Graph, ctx) -> None:
     """Rewrite every norm → attention → norm block of ``graph`` (a torch-level graph) that the config selects."""
     for node in list(graph.nodes):
-        if not _is(node, _ADD, ("add",)) or len(node.args) != 2 or not any(_is(a, _RMS_NORM) for a in node.args):
+        if not is_call(node, ADD, ("add",)) or len(node.args) != 2 or not any(is_call(a, RMS_NORM) for a in node.args):
             continue
         site = ctx.site(FUSION, "rms_norm(x) + q", node)
         try:

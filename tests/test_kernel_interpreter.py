@@ -1,7 +1,10 @@
 """The Triton kernels and the custom op on the CPU: kernels under TRITON_INTERPRET=1 (fp32/fp16; the 3.6
 interpreter computes bf16 dots wrongly), the op's reference path, fake implementation and autograd."""
 
+import contextlib
+import inspect
 import os
+import threading
 
 import pytest
 import torch
@@ -364,3 +367,105 @@ def test_op_backward_uses_the_fused_kernel_when_enabled(monkeypatch, layer_norm)
     assert len(calls) == 1
     for f, u in zip(fused, unfused):
         assert rel_err(f, u) < 1e-5
+
+
+@contextlib.contextmanager
+def _programs_in_threads():
+    """Run each program of an interpreted grid in a thread of its own, all at once. The interpreter runs them one
+    after another, where the spin exchange (each program waits for its row block's peers) never returns; threads
+    also interleave the last-arriver exchange's programs. Program ids become per thread."""
+    from triton.runtime import interpreter as interp
+
+    builder, local = interp.interpreter_builder, threading.local()
+    original_class, original_call = type(builder), interp.GridExecutor.__call__
+    grid_idx = property(lambda self: getattr(local, "idx", None), lambda self, v: setattr(local, "idx", v))
+
+    def call(self, *args_dev, **kwargs):  # GridExecutor.__call__ (Triton 3.6) with the grid loop threaded
+        kwargs = {k: v for k, v in kwargs.items() if k in inspect.getfullargspec(self.fn).args}
+        args_hst, kwargs_hst = self._init_args_hst(args_dev, kwargs)
+        patch_scope = interp._patch_lang(self.fn)
+        try:
+            args = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
+            args = {k: v if k in self.constexprs else interp._implicit_cvt(v) for k, v in args.items()}
+            grid = self.grid(args) if callable(self.grid) else self.grid
+            assert len(grid) == 1
+            builder.set_grid_dim(grid[0], 1, 1)
+            errors = []
+
+            def program(pid):
+                try:
+                    builder.set_grid_idx(pid, 0, 0)
+                    self.fn(**args)
+                except BaseException as e:  # raised in the caller below
+                    errors.append(e)
+
+            threads = [threading.Thread(target=program, args=(pid,)) for pid in range(grid[0])]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+        finally:
+            patch_scope.restore()
+        self._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
+
+    builder.__class__ = type("ThreadedBuilder", (original_class,), {"grid_idx": grid_idx})
+    interp.GridExecutor.__call__ = call
+    try:
+        yield
+    finally:
+        interp.GridExecutor.__call__ = original_call
+        builder.__class__ = original_class
+
+
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """Floating torch.empty / empty_like filled with NaN: outputs, partials and column partials that a kernel
+    leaves unwritten, or reads before they are written, show up."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poison(t):
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(empty_like(*a, **k)))
+
+
+@interpreter
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+@pytest.mark.parametrize("w_kn", [False, True])
+@pytest.mark.parametrize("exchange,block_n", [("spin", 256), ("last", 256), ("last", 64)])
+def test_norm_backward_dgrad_wide_rows_every_exchange(poisoned_empty, layer_norm, w_kn, exchange, block_n):
+    """The GPU's failing case (LayerNorm, K >= 768: several CTAs per dx row) at interpreter size: K = 768 in 3 or
+    12 N tiles, three row blocks on a persistent grid of at most 4 programs (several rounds), the spin exchange
+    included (programs in threads), every buffer poisoned; dx, dγ and dβ against float64."""
+    torch.manual_seed(7)
+    M, K, N = 48, 768, 32
+    x = torch.randn(M, K) * 2 + (3.0 if layer_norm else 0.0)
+    gamma, beta = torch.rand(K) + 0.5, torch.randn(K)
+    w = torch.randn(N, K) / K**0.5
+    dy = torch.randn(M, N)
+    mean, rstd = saved_norm_stats(x, layer_norm)
+    ref = _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm)
+    plan = (exchange, dict(norm_gemm._INTERPRETER_CONFIG, BLOCK_N=block_n))
+    with _programs_in_threads():
+        got = norm_gemm.norm_backward_dgrad(dy, w.t().contiguous() if w_kn else w, x, rstd, mean, gamma,
+                                            layer_norm=layer_norm, w_kn=w_kn, plan=plan)
+    for name, g, r in zip(("dx", "dgamma", "dbeta"), got, ref):
+        assert (g is None) == (r is None), name
+        assert g is None or rel_err(g, r) < 1e-5, (name, rel_err(g, r))
+
+
+@interpreter
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+def test_post_norm_spin_exchange(poisoned_empty, layer_norm):
+    """The post-norm's spin exchange (the GPU's plan for N > 256), programs in threads: 3 N tiles, 3 rounds."""
+    x, w, b, r, g, beta = _post_operands(48, 32, 96, torch.float32, residual=True, affine=True, seed=3)
+    beta = beta if layer_norm else None
+    ref_y, _, ref_mean, ref_rstd = linear_post_norm_reference64(x, w, b, r, g, beta, 1e-5, layer_norm)
+    with _programs_in_threads():
+        y, _, mean, rstd = norm_gemm.matmul_norm(x, w, b, r, g, beta, 1e-5, layer_norm=layer_norm, plan=(
+            "spin", dict(norm_gemm._INTERPRETER_CONFIG, BLOCK_N=32)))
+    assert rel_err(y, ref_y) < 1e-5 and rel_err(rstd, ref_rstd.flatten()) < 1e-5
+    assert mean is None or rel_err(mean, ref_mean.flatten()) < 1e-5

@@ -328,9 +328,14 @@ class _QKNormAttention(torch.nn.Module):
 
 
 def test_norms_no_family_takes_are_reported_once_with_what_they_feed():
+    """Here v = relu(k̂) reads the normalized k, which the fused op would only produce: the QK-norm family says
+    so, and the two norms are reported as QK-norms it did not rewrite."""
     result = nfi.explain(_QKNormAttention(), torch.randn(2, 8, 32), policy="always")
     kinds = sorted((s.fusion, s.rewritten) for s in result.sites)
-    assert kinds == [("qk_norm", False), ("qk_norm", False), ("standalone", False)], result.table()
+    assert kinds == [("qk_norm", False), ("qk_norm", False), ("qk_norm_attention", False), ("standalone", False)], \
+        result.table()
+    family = next(s for s in result.sites if s.fusion == "qk_norm_attention")
+    assert "computed after a reader of its results" in family.reason
     qk = [s for s in result.sites if s.fusion == "qk_norm"]
     assert all("QK-norm" in s.reason and s.shape == (32, 16) for s in qk)
     tail = next(s for s in result.sites if s.fusion == "standalone")

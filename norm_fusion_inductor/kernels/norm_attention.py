@@ -218,7 +218,7 @@ def _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_
             HAS_LN_B: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
     """x = a + q̂ of head h, rounded as eager rounds it (a and q̂ to the input dtype, then their sum), and the
     log-sum-exp of its softmax."""
-    _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+    q_norm_h, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
                              HAS_LN_W, HAS_LN_B, TMA)
     a, lse = _attend(q_hat, k_src, v_src, kv_row0, h * D, stride_kl, stride_vl, kv_len, scale, ACT, BLOCK_N, D,
                      TMA)
@@ -240,7 +240,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, out_ptr, offsets_ptr, ln_w_ptr, ln_b_pt
     rows = (row0 + local).to(tl.int64)
     q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
     k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
-    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
     mean, rstd = _layer_norm_stats(q_src, row0, local, row_ok, stride_q, ln_eps, H, D, TMA)
 
     sum_x2 = tl.zeros([BLOCK_M], tl.float32)
@@ -286,7 +286,7 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
     q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
     g_src = _rows(dout_ptr, num_rows, stride_g, BLOCK_M, H * D, D, TMA)
     k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
-    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
     mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
     rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
     rrms = tl.load(rrms_ptr + rows, mask=row_ok, other=0.0)
@@ -294,8 +294,8 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
     # 1. recompute x of every head (into the dq scratch) and mean(g·w·x) over the row
     gwx = tl.zeros([BLOCK_M], tl.float32)
     for h in tl.static_range(H):
-        x, _ = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
-                       kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
+        x, lse_h = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
+                           kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
         _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, x, D)
         gw = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
         if HAS_RMS_W:
@@ -319,7 +319,7 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets
         dx = dx.to(dx_ptr.dtype.element_ty)
         _store_rows(dx_ptr, row0, local, row_ok, h * D, stride_q, dx, D)
 
-        _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+        q_norm_h, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
                                  HAS_LN_W, HAS_LN_B, TMA)
         delta = tl.sum(dx.to(tl.float32) * (x - q_hat.to(tl.float32)), axis=1)  # rowsum(dx·a), a = x − q̂
         if ACT == 0:
@@ -384,7 +384,7 @@ def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets
     q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
     dx_src = _rows(dx_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
     k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
-    v_src, _ = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
     k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, h * D, stride_kl, stride_vl, kv_len, BLOCK_N, D, TMA)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
@@ -394,7 +394,7 @@ def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets
         rows = (row0 + local).to(tl.int64)
         mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-        _, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+        q_norm_h, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
                                  HAS_LN_W, HAS_LN_B, TMA)
         dx = _load(dx_src, row0, local, row_ok, h * D, stride_q, D, TMA)
         s_t = tl.dot(k, tl.trans(q_hat))  # [BLOCK_N, BLOCK_M]

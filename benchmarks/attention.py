@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import torch
 import triton
@@ -39,12 +38,12 @@ def _operands(batch, max_len, heads, head_dim, kv_len, seed=0):
     return q, k, v, offsets, weights
 
 
-def _bench(fns: dict, rounds=3):
+def bench_interleaved(fns: dict, rounds=3, rep=30):
     """Median ms of each fn, interleaved over ``rounds`` rounds (the median of the rounds' medians)."""
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            times[name].append(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
+            times[name].append(triton.testing.do_bench(fn, warmup=5, rep=rep, return_mode="median"))
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
@@ -79,7 +78,7 @@ def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train)
     for fn in fns.values():  # compile and warm up outside the timing
         fn()
     torch.cuda.synchronize()
-    times = _bench(fns)
+    times = bench_interleaved(fns)
     # correctness on the same operands: fused jagged against the compiled block's rows (bf16 vs bf16)
     with torch.no_grad():
         err = ((fused(q, offsets, max_len).float() - block(padded)[seq, pos].float()).norm()

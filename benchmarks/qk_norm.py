@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from attention import bench_interleaved  # benchmarks/attention.py (scripts run from benchmarks/)
 from norm_fusion_inductor import qk_norm_ops
 from norm_fusion_inductor.kernels import qk_norm_attention as kernels
 
@@ -53,15 +54,6 @@ def _operands(batch, seq, heads, kv_heads, head_dim, dtype=torch.bfloat16, seed=
 def _split(t, head_dim):
     B, L, W = t.shape
     return t.view(B, L, W // head_dim, head_dim).transpose(1, 2)
-
-
-def _bench(fns: dict, rounds=3):
-    """Median ms of each fn, interleaved over ``rounds`` rounds (the median of the rounds' medians)."""
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median"))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def check():
@@ -208,7 +200,7 @@ def run_shape(batch, seq, heads, kv_heads, head_dim, modes, train, causal=True):
     for fn in fns.values():  # compile and warm up outside the timing
         fn()
     torch.cuda.synchronize()
-    times = _bench(fns)
+    times = bench_interleaved(fns, rep=40)
     with torch.no_grad():
         ref = block(*inputs).float()
         err = ((fused(*inputs).float() - ref).norm() / ref.norm()).item()

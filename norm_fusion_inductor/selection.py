@@ -263,14 +263,21 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     (SDPA, or the two batched matmuls of the generalized form without its activation) plus the norms' bytes in
     copies of q: forward 2.5 (the LayerNorm reads q and writes q̂; the RMSNorm reads x and q, writes out),
     backward 3 more (each norm's backward reads its input and the gradient, writes one)."""
-    if config.policy == "never":
-        return Choice(False, "unfused", "policy=never")
     width = site.heads * site.head_dim
     fake_q = torch.empty(0, width, dtype=site.dtype, device=site.device)  # shapes and device only
     fake_kv = torch.empty(0, site.kv_len, width, dtype=site.dtype, device=site.device)
     reason = norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.heads, site.activation)
-    if site.device.type != "cuda":
-        reason = f"no fused kernel for device '{site.device.type}'"
+    return _choose_attention_site(site, config, reason, _measure_attention, 5.5 if site.train else 2.5,
+                                  "attention", "copies of q")
+
+
+def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Optional[str], measure, copies: float,
+                           attention: str, copied: str) -> Choice:
+    """The policy, then the measurement: fused (``measure``'s fused_ms) against the unfused lower bound
+    attention_ms + ``copies`` × copy_ms, times min_speedup (the bound reads high, as the matmul sites' does)."""
+    if config.policy == "never":
+        return Choice(False, "unfused", "policy=never")
+    reason = f"no fused kernel for device '{site.device.type}'" if site.device.type != "cuda" else kernel_reason
     if reason is not None:
         if config.policy == "always":
             return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
@@ -278,24 +285,21 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     if config.policy == "always":
         return Choice(True, "fused_triton", "policy=always")
     try:
-        t = _cached(site, config, "times", _measure_attention)
+        t = _cached(site, config, "times", measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
         return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
-    copies = 5.5 if site.train else 2.5
     unfused_ms = t["attention_ms"] + copies * t["copy_ms"]
     what = "forward + backward" if site.train else "forward"
     detail = (f"{what}: measured fused {t['fused_ms']:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
-              f"(attention {t['attention_ms']:.4f} + {copies} copies of q {copies * t['copy_ms']:.4f})")
-    if t["fused_ms"] * config.min_speedup >= unfused_ms:  # the bound reads high, as the matmul sites' does
+              f"({attention} {t['attention_ms']:.4f} + {copies} {copied} {copies * t['copy_ms']:.4f})")
+    if t["fused_ms"] * config.min_speedup >= unfused_ms:
         return Choice(False, "unfused", detail)
     return Choice(True, "fused_triton", detail)
 
 
 def _measure_attention(site: AttentionSite) -> dict:
-    """Median CUDA-graph replay times (three interleaved rounds) of the fused op, the unfused attention alone
-    and a copy of q; forward, or forward + backward for a training site."""
-    from triton.testing import do_bench, do_bench_cudagraph
-
+    """Times of the fused op, the unfused attention alone and a copy of q; forward, or forward + backward for a
+    training site."""
     from . import attention_ops
 
     dev, dt = site.device, site.dtype
@@ -326,11 +330,16 @@ def _measure_attention(site: AttentionSite) -> dict:
         return lambda: torch.autograd.grad(fn(), leaves, grad, allow_unused=True)  # attention(): no weights
 
     y = torch.empty_like(q)
-    fns = {"fused_ms": with_backward(fused), "attention_ms": with_backward(attention),
-           "copy_ms": lambda: y.copy_(q.detach())}
-    # autograd runs the backward on its own device thread, which a CUDA-graph capture does not see: training
-    # sites are timed by plain do_bench, every side alike
-    bench = do_bench if site.train else do_bench_cudagraph
+    return _time_interleaved({"fused_ms": with_backward(fused), "attention_ms": with_backward(attention),
+                              "copy_ms": lambda: y.copy_(q.detach())}, site.train)
+
+
+def _time_interleaved(fns: dict, train: bool) -> dict:
+    """Median times of three interleaved rounds: CUDA-graph replays, or for training plain do_bench (autograd
+    runs the backward on its own device thread, which a CUDA-graph capture does not see), every side alike."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    bench = do_bench if train else do_bench_cudagraph
     times = {name: [] for name in fns}
     for _ in range(3):
         for name, fn in fns.items():
@@ -362,39 +371,16 @@ def choose_qk_norm_attention(site: QKNormSite, config: NormFusionConfig) -> Choi
     """As ``choose_attention``, for QK-norm. The unfused lower bound is SDPA (its default backend, as the
     compiled graph calls it) on normalized q, k plus the norms' bytes in copies of q and k: forward 2 (each
     norm + rotary reads x and writes x̂), backward 3 more."""
-    if config.policy == "never":
-        return Choice(False, "unfused", "policy=never")
     B, L, S, HQ, HK, D = site.shape
     fake_q = torch.empty(0, HQ, L, D, dtype=site.dtype, device=site.device)  # shapes and device only
     fake_kv = torch.empty(0, HK, S, D, dtype=site.dtype, device=site.device)
     reason = qk_norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.rope)
-    if site.device.type != "cuda":
-        reason = f"no fused kernel for device '{site.device.type}'"
-    if reason is not None:
-        if config.policy == "always":
-            return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
-        return Choice(False, "unfused", reason)
-    if config.policy == "always":
-        return Choice(True, "fused_triton", "policy=always")
-    try:
-        t = _cached(site, config, "times", _measure_qk_norm_attention)
-    except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
-        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
-    copies = 5 if site.train else 2
-    unfused_ms = t["attention_ms"] + copies * t["copy_ms"]
-    what = "forward + backward" if site.train else "forward"
-    detail = (f"{what}: measured fused {t['fused_ms']:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
-              f"(SDPA {t['attention_ms']:.4f} + {copies} copies of q and k {copies * t['copy_ms']:.4f})")
-    if t["fused_ms"] * config.min_speedup >= unfused_ms:
-        return Choice(False, "unfused", detail)
-    return Choice(True, "fused_triton", detail)
+    return _choose_attention_site(site, config, reason, _measure_qk_norm_attention, 5 if site.train else 2,
+                                  "SDPA", "copies of q and k")
 
 
 def _measure_qk_norm_attention(site: QKNormSite) -> dict:
-    """Median times (three interleaved rounds) of the fused op, SDPA alone and a copy of q and k; forward
-    (CUDA-graph replays), or forward + backward (plain do_bench, as for the other attention sites)."""
-    from triton.testing import do_bench, do_bench_cudagraph
-
+    """Times of the fused op, SDPA alone and a copy of q and k; forward, or forward + backward."""
     from . import qk_norm_ops
 
     dev, dt = site.device, site.dtype
@@ -425,11 +411,6 @@ def _measure_qk_norm_attention(site: QKNormSite) -> dict:
 
     qk = torch.cat([q.detach().flatten(), k.detach().flatten()])
     y = torch.empty_like(qk)
-    fns = {"fused_ms": with_backward(fused, [q, k, v, wq, wk]), "attention_ms": with_backward(attention, [q, k, v]),
-           "copy_ms": lambda: y.copy_(qk)}
-    bench = do_bench if site.train else do_bench_cudagraph
-    times = {name: [] for name in fns}
-    for _ in range(3):
-        for name, fn in fns.items():
-            times[name].append(bench(fn, rep=30, return_mode="median"))
-    return {name: statistics.median(v) for name, v in times.items()}
+    return _time_interleaved({"fused_ms": with_backward(fused, [q, k, v, wq, wk]),
+                              "attention_ms": with_backward(attention, [q, k, v]), "copy_ms": lambda: y.copy_(qk)},
+                             site.train)

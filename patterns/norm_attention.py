@@ -31,7 +31,7 @@ from norm_fusion_inductor import attention_ops, selection  # noqa: F401  (regist
 from norm_fusion_inductor.kernels import norm_attention as kernels
 
 from .torch_level import (ADD, DIV, LAYER_NORM, MATMUL, MUL, RMS_NORM, SDPA, Reject, arg, is_call, is_view, shape,
-                          skip_contiguous, swaps_dims_1_2, swaps_last_two, value)
+                          erase_replaced, skip_contiguous, swaps_dims_1_2, swaps_last_two, value)
 
 FUSION = "norm_attention"
 
@@ -217,11 +217,7 @@ def _rewrite(graph: Graph, final_add: Node, block: Block) -> None:
         out = graph.call_function(operator.getitem, (op, 0))
         out = graph.call_function(torch.reshape, (out, (B, L, W)))
     final_add.replace_all_uses_with(out)
-    # erase what the op replaced, readers first (no dead-code elimination on this non-functional graph)
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    for node in sorted({final_add, *block.internal, *block.head_splits}, key=order.get, reverse=True):
-        if not node.users:
-            graph.erase_node(node)
+    erase_replaced(graph, [final_add, *block.internal, *block.head_splits])
 
 
 def apply(graph: Graph, ctx) -> None:

@@ -28,7 +28,8 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import qk_norm_ops, selection  # noqa: F401  (registers the op)
 
-from .torch_level import ADD, MUL, RMS_NORM, SDPA, Reject, arg, is_call, shape, swaps_dims_1_2, value
+from .torch_level import (ADD, MUL, RMS_NORM, SDPA, Reject, arg, erase_replaced, is_call, shape, swaps_dims_1_2,
+                          value)
 
 FUSION = "qk_norm_attention"
 
@@ -251,13 +252,7 @@ def _rewrite(graph: Graph, sdpa: Node, site: Site, train: bool, before: Node) ->
         k_hat = graph.call_function(operator.getitem, (op, 5))
     sdpa.replace_all_uses_with(out)
     site.k_hat.replace_all_uses_with(k_hat, delete_user_cb=lambda user: user not in site.internal)
-    # erase what the op replaced, readers first (no dead-code elimination on this non-functional graph)
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    for node in sorted({sdpa, *site.internal}, key=order.get, reverse=True):
-        if not node.users:
-            graph.erase_node(node)
-    if not k_hat.users:
-        graph.erase_node(k_hat)
+    erase_replaced(graph, [sdpa, *site.internal, k_hat])
 
 
 def apply(graph: Graph, ctx) -> None:

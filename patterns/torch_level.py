@@ -74,3 +74,12 @@ def swaps_last_two(node) -> bool:
         dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
         return [d % 4 for d in dims] == [0, 1, 3, 2]
     return False
+
+
+def erase_replaced(graph, nodes) -> None:
+    """Erase the nodes an op replaced that nothing reads any more, readers first (no dead-code elimination on
+    the non-functional torch-level graph: it would drop in-place calls)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in sorted(set(nodes), key=order.get, reverse=True):
+        if not node.users:
+            graph.erase_node(node)

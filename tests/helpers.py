@@ -180,3 +180,15 @@ def norm_attention_run(fn, args, grad_out, cast=None):
     leaves = [args[n] for n in NORM_ATTENTION_DIFFERENTIABLE if args[n] is not None]
     grads = torch.autograd.grad(outs[0], leaves, grad_out.to(outs[0].dtype))
     return outs[0], outs[1:], grads
+
+
+def record_kernel_calls(monkeypatch, kernels_module) -> list:
+    """Under the interpreter (NORM_FUSION_INTERPRET=1), with the module's ``forward``/``backward`` wrapped to
+    append their names to the returned list when called."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    calls = []
+    for name in ("forward", "backward"):
+        real = getattr(kernels_module, name)
+        monkeypatch.setattr(kernels_module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name)
+                            or _real(*a, **k))
+    return calls

@@ -11,7 +11,7 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor import attention_ops, flash_norm_attention
 from norm_fusion_inductor.kernels import norm_attention
 
-from .helpers import norm_attention_case, norm_attention_run, rel_err
+from .helpers import norm_attention_case, norm_attention_run, record_kernel_calls, rel_err
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -96,14 +96,7 @@ def test_kernels_write_every_output(monkeypatch):
 
 
 def _count_kernel_calls(monkeypatch) -> list:
-    """Under the interpreter, with norm_attention.forward/backward wrapped to append their names when called."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    calls = []
-    for name in ("forward", "backward"):
-        real = getattr(norm_attention, name)
-        monkeypatch.setattr(norm_attention, name, lambda *a, _real=real, _name=name, **k: calls.append(_name)
-                            or _real(*a, **k))
-    return calls
+    return record_kernel_calls(monkeypatch, norm_attention)
 
 
 @interpreter

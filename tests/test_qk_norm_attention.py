@@ -12,7 +12,7 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor import qk_norm_ops
 from norm_fusion_inductor.kernels import qk_norm_attention as kernels
 
-from .helpers import LlamaRMSNorm, rel_err
+from .helpers import LlamaRMSNorm, record_kernel_calls, rel_err
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -245,12 +245,7 @@ def test_module_rewritten_training_matches_eager(variant, kv_heads):
 @interpreter
 def test_module_compiled_runs_the_kernels(monkeypatch):
     """Under the interpreter the compiled graph calls the op, whose kernels run forward and backward."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    calls = []
-    for name in ("forward", "backward"):
-        real = getattr(kernels, name)
-        monkeypatch.setattr(kernels, name, lambda *a, _real=real, _name=name, **k: calls.append(_name)
-                            or _real(*a, **k))
+    calls = record_kernel_calls(monkeypatch, kernels)
     module = QKNormAttention()
     h, cos, sin = _module_operands(module, seed=3)
     ref = module(h, cos, sin)
@@ -295,12 +290,7 @@ def test_hf_qwen3_training_runs_the_kernels(monkeypatch):
     pytest.importorskip("transformers")
     from norm_fusion_inductor import hf_models
 
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    calls = []
-    for name in ("forward", "backward"):
-        real = getattr(kernels, name)
-        monkeypatch.setattr(kernels, name, lambda *a, _real=real, _name=name, **k: calls.append(_name)
-                            or _real(*a, **k))
+    calls = record_kernel_calls(monkeypatch, kernels)
     torch.manual_seed(0)
     model = hf_models.tiny_model("qwen3").train()
     for name, p in model.named_parameters():

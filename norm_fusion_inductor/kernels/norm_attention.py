@@ -109,7 +109,7 @@ def _load(src, row0, local, ok, col0, stride, D: tl.constexpr, TMA: tl.constexpr
     """Rows row0 + local and columns col0 .. col0 + D of a matrix read through ``_rows``; rows that are not ok
     read as zero (through TMA they belong to the next sequence, or lie past the end and come back as zeros)."""
     if TMA:
-        tile = src.load([row0, col0])
+        tile = src.load([row0.to(tl.int32), col0])  # descriptor offsets are 32-bit (int64 offsets give int64 row0)
         return tl.where(ok[:, None], tile, tl.zeros_like(tile))
     else:
         rows = (row0 + local).to(tl.int64)

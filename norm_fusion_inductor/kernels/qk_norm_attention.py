@@ -109,15 +109,17 @@ def _normalize(x1, x2, rows, ok, eps, w_ptr, cos_ptr, sin_ptr, stride_cl, dtype,
 
 
 @triton.jit
-def _normalize_backward(dx_hat, x_ptr, stride_xl, rows, ok, rrms, w_ptr, cos_ptr, sin_ptr, stride_cl,
-                        ROWS: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
-    """(dx₁, dx₂, dw₁, dw₂) from dx̂ [ROWS, D] fp32: the rope's and the RMSNorm's backward; dw summed over rows."""
+def _normalize_backward(dx_hat, x_ptr, stride_xl, rows, ok, rrms_ptr, w_ptr, cos_ptr, sin_ptr, stride_cl, dx_ptr,
+                        stride_dxl, dw_partial_ptr, ROWS: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
+    """The epilogue of a gradient kernel: from dx̂ [ROWS, D] fp32 the rope's and the RMSNorm's backward; stores
+    dx and this program's dw partial (its rows summed)."""
     d1, d2 = _halves(dx_hat, ROWS, D)
     if ROPE:
         c1, c2 = _load_halves(cos_ptr, rows, ok, stride_cl, D)
         s1, s2 = _load_halves(sin_ptr, rows, ok, stride_cl, D)
         d1, d2 = d1 * c1 + d2 * s2, d2 * c2 - d1 * s1
     x1, x2 = _load_halves(x_ptr, rows, ok, stride_xl, D)
+    rrms = tl.load(rrms_ptr + rows, mask=ok, other=0.0)
     half = tl.arange(0, D // 2)
     w1 = tl.load(w_ptr + half).to(tl.float32)
     w2 = tl.load(w_ptr + D // 2 + half).to(tl.float32)
@@ -126,9 +128,10 @@ def _normalize_backward(dx_hat, x_ptr, stride_xl, rows, ok, rrms, w_ptr, cos_ptr
     g1 = d1 * w1[None, :]
     g2 = d2 * w2[None, :]
     mean_gn = (tl.sum(g1 * n1, 1) + tl.sum(g2 * n2, 1)) / D
-    dx1 = rrms[:, None] * (g1 - n1 * mean_gn[:, None])
-    dx2 = rrms[:, None] * (g2 - n2 * mean_gn[:, None])
-    return dx1, dx2, tl.sum(d1 * n1, 0), tl.sum(d2 * n2, 0)
+    _store_halves(dx_ptr, rows, ok, stride_dxl, rrms[:, None] * (g1 - n1 * mean_gn[:, None]),
+                  rrms[:, None] * (g2 - n2 * mean_gn[:, None]), D)
+    tl.store(dw_partial_ptr + half, tl.sum(d1 * n1, 0))
+    tl.store(dw_partial_ptr + D // 2 + half, tl.sum(d2 * n2, 0))
 
 
 @triton.jit
@@ -296,15 +299,10 @@ def _dkdv_kernel(q_hat_ptr, k_ptr, k_hat_ptr, v_ptr, dout_ptr, lse_ptr, delta_pt
                              delta_ptr + bh * L, masked_end, L, L, qk_scale, D, BLOCK_M, False, TMA)
     dv_at = dv_ptr + b * stride_dvb + hk * stride_dvh + keys[:, None] * stride_dvl + cols[None, :]
     tl.store(dv_at, dv.to(dv_ptr.dtype.element_ty), mask=ok[:, None])
-    rrms = tl.load(k_rrms_ptr + bhk * S + keys, mask=ok, other=0.0)
-    dx1, dx2, dw1, dw2 = _normalize_backward(dk * scale, k_ptr + b * stride_kb + hk * stride_kh, stride_kl, keys, ok,
-                                             rrms, w_ptr, cos_ptr + b * stride_cb, sin_ptr + b * stride_cb,
-                                             stride_cl, BLOCK_N, D, ROPE)
-    _store_halves(dk_ptr + b * stride_dkb + hk * stride_dkh, keys, ok, stride_dkl, dx1, dx2, D)
-    half = tl.arange(0, D // 2)
-    partial = dw_ptr + (bhk * tl.num_programs(0) + pid_n) * D + half
-    tl.store(partial, dw1)
-    tl.store(partial + D // 2, dw2)
+    _normalize_backward(dk * scale, k_ptr + b * stride_kb + hk * stride_kh, stride_kl, keys, ok,
+                        k_rrms_ptr + bhk * S, w_ptr, cos_ptr + b * stride_cb, sin_ptr + b * stride_cb, stride_cl,
+                        dk_ptr + b * stride_dkb + hk * stride_dkh, stride_dkl,
+                        dw_ptr + (bhk * tl.num_programs(0) + pid_n) * D, BLOCK_N, D, ROPE)
 
 
 @triton.jit
@@ -357,15 +355,10 @@ def _dq_kernel(q_ptr, q_hat_ptr, k_hat_ptr, v_ptr, dout_ptr, lse_ptr, delta_ptr,
                    BLOCK_N, False, TMA)
     dq = _dq_steps(dq, q_hat, do, lse, delta, rows, k_src, v_src, stride_vl, unmasked_end, end, S, qk_scale, D,
                    BLOCK_N, True, TMA)
-    rrms = tl.load(q_rrms_ptr + bh * L + rows, mask=ok, other=0.0)
-    dx1, dx2, dw1, dw2 = _normalize_backward(dq * scale, q_ptr + b * stride_qb + h * stride_qh, stride_ql, rows, ok,
-                                             rrms, w_ptr, cos_ptr + b * stride_cb, sin_ptr + b * stride_cb,
-                                             stride_cl, BLOCK_M, D, ROPE)
-    _store_halves(dq_ptr + b * stride_dqb + h * stride_dqh, rows, ok, stride_dql, dx1, dx2, D)
-    half = tl.arange(0, D // 2)
-    partial = dw_ptr + (bh * tl.num_programs(0) + pid_m) * D + half
-    tl.store(partial, dw1)
-    tl.store(partial + D // 2, dw2)
+    _normalize_backward(dq * scale, q_ptr + b * stride_qb + h * stride_qh, stride_ql, rows, ok,
+                        q_rrms_ptr + bh * L, w_ptr, cos_ptr + b * stride_cb, sin_ptr + b * stride_cb, stride_cl,
+                        dq_ptr + b * stride_dqb + h * stride_dqh, stride_dql,
+                        dw_ptr + (bh * tl.num_programs(0) + pid_m) * D, BLOCK_M, D, ROPE)
 
 
 def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, rope: bool) -> Optional[str]:

@@ -1,0 +1,336 @@
+"""Every Triton kernel launched from Python, compiled for sm_90 (H100/H200) on a machine without a GPU.
+
+Why: without a GPU the tests run the kernels in the Triton interpreter, which never compiles them, so errors that
+only the GPU compiler reports reach the GPU untested (one did: "Loop-carried variable _ has initial type int32 but
+is re-assigned to fp32 tensor in loop"). Triton's CUDA backend compiles for sm_90 offline, down to ptxas and a
+cubin, and reports them.
+
+How: conftest.py sets TRITON_INTERPRET=1 before the kernels are imported, which makes every @triton.jit an
+interpreter function in this process. So each kernel module is compiled in a subprocess without it: this file run
+as a script (``python tests/test_sm90_compile.py norm_gemm``). The script calls the module's own host code
+(forward, backward, matmul_norm, ...) on small CPU tensors that claim to be on the GPU, so that the host code
+picks its GPU block configs, with the kernels replaced by recorders. Each distinct recorded launch (argument types
+and constexpr flags as the launch code made them) is then compiled for sm_90. It prints one line per launch, "ok"
+or "FAIL" with the error, and exits non-zero on a failure. A kernel (``*_kernel``) that no scenario launches is a
+failure too: a new kernel needs its launches below. Compiled kernels land in Triton's cache, so reruns of unchanged
+kernels are quick.
+"""
+
+import concurrent.futures
+import importlib
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ("norm_gemm", "norm_attention", "qk_norm_attention")
+
+
+def _skip_reason():
+    if torch.cuda.is_available():
+        return "a GPU is present: the GPU tests compile the kernels for real"
+    try:
+        import triton.backends
+        from triton import knobs
+
+        if "nvidia" not in triton.backends.backends:
+            return "Triton has no CUDA backend"
+        knobs.nvidia.ptxas.path  # raises when no ptxas is found
+    except Exception as e:
+        return f"no Triton CUDA backend / ptxas: {type(e).__name__}: {e}"
+    return None
+
+
+SKIP_REASON = _skip_reason()
+
+
+@pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
+@pytest.mark.parametrize("module", MODULES)
+def test_kernels_compile_for_sm90(module):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, __file__, module], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    print(proc.stdout)  # what was compiled (pytest -rP shows it)
+    # the script's report less its "ok" lines: the failures with their errors, and the summary
+    report = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("ok "))
+    if proc.returncode != 0:
+        pytest.fail(f"{report}\n{proc.stderr[-3000:]}", pytrace=False)
+
+
+# --- the script side: runs in the subprocess, without TRITON_INTERPRET ------------------------------------------------
+
+class _OnGpu(torch.Tensor):
+    """A CPU tensor that says it is on the GPU: the host code then picks its GPU configs and launch options."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _on_gpu(t):
+    return torch.Tensor._make_subclass(_OnGpu, t)
+
+
+def _empty(*shape, dtype=torch.bfloat16):
+    return _on_gpu(torch.empty(*shape, dtype=dtype))
+
+
+class _Recorder:
+    """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch instead of running it."""
+
+    def __init__(self, kernel, launches):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
+
+
+def _record(module, scenario) -> list:
+    """The launches ``scenario(module)`` makes, with the module's kernels replaced by recorders meanwhile."""
+    import triton
+
+    launches = []
+    kernels = {n: f for n, f in vars(module).items() if isinstance(f, triton.runtime.JITFunction)}
+    try:
+        for name, kernel in kernels.items():
+            setattr(module, name, _Recorder(kernel, launches))
+        scenario(module)
+    finally:
+        for name, kernel in kernels.items():
+            setattr(module, name, kernel)
+    return launches
+
+
+_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32",
+          torch.int64: "i64", torch.int8: "i8"}
+
+
+def _specialize(value):
+    """(type, 16-divisible?) of a non-constexpr argument as Triton's launcher specializes it; type None: a
+    constexpr (None, and integers equal to 1)."""
+    if value is None or (type(value) is int and value == 1):
+        return None, False
+    if isinstance(value, torch.Tensor):
+        return "*" + _TYPES[value.dtype], value.data_ptr() % 16 == 0
+    if isinstance(value, bool):
+        return "u1", False
+    if isinstance(value, int):
+        return ("i32" if -2**31 <= value < 2**31 else "i64"), value % 16 == 0
+    if isinstance(value, float):
+        return "fp32", False
+    raise TypeError(f"argument {value!r}")
+
+
+def _compile_spec(kernel, args, kwargs) -> dict:
+    """What ``triton.compile`` gets for this launch on the GPU: signature, constexprs, attributes, options."""
+    names = kernel.arg_names
+    values = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (name, param) in enumerate(zip(names, kernel.params)):
+        kind, aligned = (None, False) if param.is_constexpr else _specialize(values[name])
+        if kind is None:
+            signature[name], constexprs[(i,)] = "constexpr", values[name]
+        else:
+            signature[name] = kind
+            if aligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    options = {k: v for k, v in kwargs.items() if k not in names}  # num_warps, num_stages, ...
+    return dict(kernel=kernel.__name__, signature=signature, constexprs=constexprs, attrs=attrs, options=options)
+
+
+def _label(spec) -> str:
+    """kernel(type of its first operand) flags; flags that are off are left out."""
+    names = list(spec["signature"])
+    flags = [names[i] if v is True else f"{names[i]}={v}" for (i,), v in spec["constexprs"].items()
+             if v is not None and v is not False]
+    wide = [f"{k}:{t}" for k, t in spec["signature"].items() if t in ("fp64", "*i64", "i64")]
+    options = [f"{k}={v}" for k, v in spec["options"].items()]
+    return " ".join([f"{spec['kernel']}({spec['signature'][names[0]]})", *flags, *options, *wide])
+
+
+def _compile_sm90(module_name: str, spec: dict):
+    """(seconds, error message or None) of compiling one launch for sm_90 (a worker process)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = getattr(sys.modules[module_name], spec["kernel"])
+    start = time.perf_counter()
+    try:
+        src = ASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
+        triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+        error = None
+    except Exception as e:
+        error = _innermost(e)
+    return time.perf_counter() - start, error
+
+
+def _innermost(e: BaseException) -> str:
+    """A compile error's cause and where in the source: Triton nests the cause under one CompilationError per
+    @jit call level; the innermost one shows the line."""
+    chain = [e]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    cause = f"{type(chain[-1]).__name__}: {str(chain[-1]).strip()}"
+    located = [c for c in chain if type(c).__name__ == "CompilationError"]
+    if not located:
+        return cause
+    excerpt = str(located[-1]).strip()
+    for tail in (str(chain[-1]).strip(), repr(chain[-1])):  # the excerpt ends with the cause again
+        excerpt = excerpt.removesuffix(tail).rstrip()
+    return f"{cause}\n{excerpt}"
+
+
+# Launch scenarios: each module's host code, called as the plugin (and benchmarks) call it, on GPU-sized bf16
+# operands; statistics, partials and counters are whatever the host code allocates.
+
+def _norm_gemm(ng):
+    ng._num_sms = lambda index: 132  # _launch asks the "GPU" for its SM count: an H100's / H200's
+    M, K, N, eps = 1024, 1024, 2048, 1e-6
+    x, g, b = _empty(M, K), _empty(K), _empty(N)
+
+    def weight(n, k, w_kn):
+        return _empty(k, n) if w_kn else _empty(n, k)
+
+    # pre-norm, RMSNorm: both prologues x every block config the GPU tunes over; γ, bias, weight layout varied
+    for i, plan in enumerate(ng._candidate_plans(x)):
+        w_kn = i % 2 == 1
+        ng.rms_norm_matmul(x, g if i % 3 else None, weight(N, K, w_kn), b if i % 4 else None, eps, plan=plan,
+                           w_kn=w_kn)
+    # LayerNorm: the pre-pass, the GPU's only LayerNorm plan (β and bias fold into an fp32 bias); two configs
+    for i, plan in enumerate(ng._candidate_plans(x, center=True)[:2]):
+        ng.layer_norm_matmul(x, g if i else None, g if i else None, weight(N, K, i == 1), b if i else None, eps,
+                             plan=plan, w_kn=i == 1)
+    # LayerNorm in-loop: no GPU plan (a miscompile on sm_90, see _candidate_plans), but benchmarks force it
+    ng.layer_norm_matmul(x, g, g, weight(N, K, False), b, eps, plan=("in_loop", ng._GPU_CONFIGS[0]))
+    # fp32 inputs with TF32 allowed: DOT_PRECISION "tf32" (16-bit inputs: "ieee"), the halved K tiles
+    torch.backends.cuda.matmul.allow_tf32 = True
+    x32 = _empty(M, K, dtype=torch.float32)
+    ng.rms_norm_matmul(x32, _empty(K, dtype=torch.float32), _empty(N, K, dtype=torch.float32), None, eps,
+                       plan=ng._candidate_plans(x32)[0])
+
+    # the row-norm epilogues, with two complementary sets of flags (a: even plans, b: odd ones, both for "last")
+    post_a = dict(layer_norm=True, bias=True, residual=True, write_z=True, norm_weight=True, norm_bias=True,
+                  residual_out=False, w_kn=False)
+    post_b = dict(layer_norm=False, bias=False, residual=False, write_z=False, norm_weight=False, norm_bias=False,
+                  residual_out=True, w_kn=True)
+
+    def post(n, plan, layer_norm, bias, residual, write_z, norm_weight, norm_bias, residual_out, w_kn):
+        ng.matmul_norm(x, weight(n, K, w_kn), _empty(n) if bias else None, _empty(M, n) if residual else None,
+                       _empty(n) if norm_weight else None, _empty(n) if norm_bias else None, eps,
+                       layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=w_kn,
+                       residual_out=_empty(M, n) if residual_out else None)
+
+    def dgrad(k, plan, layer_norm, norm_weight, w_kn, **_):
+        ng.norm_backward_dgrad(_empty(M, N), weight(N, k, w_kn), _empty(M, k), _empty(M, dtype=torch.float32),
+                               _empty(M, dtype=torch.float32) if layer_norm else None,
+                               _empty(k) if norm_weight else None, layer_norm=layer_norm, w_kn=w_kn, plan=plan)
+
+    # every plan the GPU tunes over, at widths 256 (whole-row tiles; spin over 2 tiles), 1024 (spin) and 40960
+    # (more N tiles than SMs: last-arriver, the only plan there); post-norm on the output rows, and the
+    # pre-norm's backward (dgrad)
+    for width in (256, 1024, 40960):
+        for i, plan in enumerate(ng._post_candidate_plans(x, width)):
+            for flags in (post_a, post_b) if plan[0] == "last" else [(post_a, post_b)[i % 2]]:
+                post(width, plan, **flags)
+                dgrad(width, plan, **flags)
+
+
+def _norm_attention(na):
+    # H = 2 heads: the kernels unroll their loops over the heads (at H = 8 one dq kernel took a minute to compile)
+    T, B, kv_len, H = 1024, 4, 200, 2
+    # offsets: int32 as the pass makes them, int64 as callers of the jagged API may pass them
+    for act, tma, (ln_w, ln_b, rms_w), offsets_dtype, D in [
+        ("softmax", False, (True, True, True), torch.int32, 128),
+        ("silu", True, (True, False, True), torch.int32, 64),
+        ("gelu_tanh", True, (False, True, False), torch.int64, 64),
+        ("gelu", False, (False, False, False), torch.int64, 64),
+        ("relu2", False, (True, True, False), torch.int32, 64),
+    ]:
+        W = H * D
+        q, k, v, grad_out = _empty(T, W), _empty(B, kv_len, W), _empty(B, kv_len, W), _empty(T, W)
+        offsets = _on_gpu(torch.arange(0, T + 1, T // B, dtype=offsets_dtype))
+        weights = [_empty(W) if present else None for present in (ln_w, ln_b, rms_w)]
+        scale = D ** -0.5
+        out, mean, rstd, rrms, lse = na.forward(q, k, v, offsets, T // B, H, *weights, scale, act, 1e-5, 1e-6,
+                                                tma=tma)
+        na.backward(grad_out, q, k, v, offsets, T // B, H, *weights, scale, act, mean, rstd, rrms, lse, tma=tma)
+
+
+def _qk_norm_attention(qk):
+    B, HQ, HK, L, D = 2, 32, 8, 512, 128  # Qwen3-8B's heads
+    for causal, rope, save_q_hat in [(False, False, False), (True, True, True)]:
+        # q, k, v, dout as the model's projections make them: memory [B, L, H, D] seen as [B, H, L, D]
+        q, k, v, grad_out = (_empty(B, L, h, D).transpose(1, 2) for h in (HQ, HK, HK, HQ))
+        cos, sin = (_empty(B, L, D) if rope else None for _ in range(2))
+        w_q, w_k = _empty(D), _empty(D)
+        out, lse, q_rrms, k_rrms, q_hat, k_hat = qk.forward(q, k, v, w_q, w_k, cos, sin, 1e-6, 1e-6, D ** -0.5,
+                                                            causal, save_q_hat)
+        qk.backward(grad_out, q, k, v, w_q, w_k, cos, sin, 1e-6, D ** -0.5, causal, out, lse, q_rrms, k_rrms,
+                    q_hat, k_hat)
+
+
+SCENARIOS = {"norm_gemm": _norm_gemm, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
+# Inductor's generated code launches these itself (direct launch) and passes Python floats as fp64 (Triton's
+# launcher: fp32): their first launch is compiled that way too
+FP64_SCALARS = ("norm_gemm_kernel", "row_stats_kernel")
+# Launches not compiled, to keep the test fast: the dq kernel, the slowest to compile, of two GDPA activations
+# (gelu, relu2); they differ from the others in _activation_grad only, which their dK/dV kernel compiles too
+LEAVE_OUT = {"norm_attention": lambda spec: spec["kernel"] == "_dq_kernel" and _constexpr(spec, "ACT") in (1, 4)}
+
+
+def _constexpr(spec, name):
+    return spec["constexprs"][(list(spec["signature"]).index(name),)]
+
+
+def compile_module(module, scenario) -> list:
+    """(label, seconds, error or None) of every distinct launch ``scenario`` makes, compiled for sm_90 on all
+    cores; a JIT function named ``*_kernel`` that it never launches is a failure (a kernel left uncovered)."""
+    import triton
+
+    specs = {}
+    for launch in _record(module, scenario):
+        spec = _compile_spec(*launch)
+        specs.setdefault(repr(spec), spec)
+    leave_out = LEAVE_OUT.get(module.__name__.rsplit(".", 1)[-1], lambda spec: False)
+    specs = [spec for spec in specs.values() if not leave_out(spec)]
+    for name in FP64_SCALARS:
+        spec = next((s for s in specs if s["kernel"] == name), None)
+        if spec is not None:
+            signature = {k: "fp64" if t == "fp32" else t for k, t in spec["signature"].items()}
+            specs.append(dict(spec, signature=signature))
+    context = multiprocessing.get_context("fork")  # the workers find the module (and its kernels) in sys.modules
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
+        results = pool.map(_compile_sm90, [module.__name__] * len(specs), specs)
+        results = [(_label(spec), *result) for spec, result in zip(specs, results)]
+    launched = {spec["kernel"] for spec in specs}
+    results += [(name, 0.0, "never launched by the scenario") for name, f in vars(module).items()
+                if isinstance(f, triton.runtime.JITFunction) and name.endswith("_kernel") and name not in launched]
+    return results
+
+
+def main(name: str) -> int:
+    assert not os.environ.get("TRITON_INTERPRET"), "TRITON_INTERPRET is set: the interpreter compiles nothing"
+    module = importlib.import_module(f"norm_fusion_inductor.kernels.{name}")
+    start = time.perf_counter()
+    results = compile_module(module, SCENARIOS[name])
+    for label, seconds, error in results:
+        if error is None:
+            print(f"ok   {label} ({seconds:.1f} s)")
+        else:
+            print(f"FAIL {label}\n" + textwrap.indent(error, "    "))
+    failed = sum(error is not None for *_, error in results)
+    print(f"{name}: {len(results) - failed} compiled, {failed} failed ({time.perf_counter() - start:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -154,8 +154,6 @@ def _fused_norm_backward(ctx, grad_out, x, gamma, weight, mean, rstd):
     needs the kernel's operands. dγ/dβ come back in the parameters' dtypes; dβ is None for RMSNorm."""
     if os.environ.get("NORM_FUSION_FUSED_BACKWARD", "0") != "1":
         return None
-    if mean is not None and x.is_cuda:  # LayerNorm: wrong on the H200 at K >= 768 (2026-11-30, NOTES.md)
-        return None
     x2d = x.reshape(-1, x.shape[-1])
     dy = grad_out.reshape(x2d.shape[0], -1)
     if (dy.dtype != x.dtype or not dy.is_contiguous() or not x2d.is_contiguous()

@@ -383,7 +383,11 @@ def _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, gamma_ptr, rstd_ptr, m
     x_hat = _x_hat(xf_ptr, tile, in_tile, row_mean, rstd)
     tl.store(dcol_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
     if LAYER_NORM:
-        tl.store(dcol_ptr + (num_pid_m + pid_m) * N + offs_n, tl.sum(dn, axis=0), mask=offs_n < N)
+        # Σ dn, but through a product with a loaded tensor, as dγ's: summed over rows straight on the wgmma
+        # accumulator layout, Triton 3.6 gave wrong dβ partials on the H200 (K ≥ 768, 2026-11-30); this way the
+        # reduction runs on the blocked layout (sm_90 TTGIR) and the GPU tests pass at every plan
+        ones = x_hat * 0.0 + 1.0
+        tl.store(dcol_ptr + (num_pid_m + pid_m) * N + offs_n, tl.sum(dn * ones, axis=0), mask=offs_n < N)
     g = _times_gamma(dn, gamma_ptr, offs_n, N, HAS_GAMMA)
     if EXCHANGE == 0:  # whole rows in the tile
         sum_g, sum_gx = tl.sum(g, axis=1), tl.sum(g * x_hat, axis=1)

@@ -191,13 +191,13 @@ class Site:
 
 
 def match_site(sdpa: Node) -> Site:
+    q = _side(sdpa.args[0], "q")  # first: an attention whose q is no per-head norm's output is not a site
     if arg(sdpa, 3, "attn_mask") is not None or arg(sdpa, 4, "dropout_p", 0.0) != 0.0:
         raise Reject("attention with a mask or dropout")
     causal = arg(sdpa, 5, "is_causal", False)
     if not isinstance(causal, bool):
         raise Reject("is_causal is not a constant")
     internal: list = []
-    q = _side(sdpa.args[0], "q")
     k_hat = _through_cache(sdpa.args[1], internal)
     k = _side(k_hat, "k")
     v = _through_cache(sdpa.args[2], internal)

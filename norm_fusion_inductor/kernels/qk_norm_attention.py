@@ -181,6 +181,16 @@ def _attend(acc, m_i, l_i, q_hat, k_src, v_src, stride_vl, lo, hi, rows, S, qk_s
 
 
 @triton.jit
+def _key_range(pid_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(unmasked_end, end) of a query block's key blocks: before unmasked_end every key is visible to every row;
+    causal: the blocks up to end cross the diagonal (top-left aligned, as SDPA's is_causal)."""
+    if CAUSAL:
+        return (tl.minimum(pid_m * BLOCK_M, S) // BLOCK_N) * BLOCK_N, tl.minimum((pid_m + 1) * BLOCK_M, S)
+    else:
+        return S, S
+
+
+@triton.jit
 def _forward_kernel(q_ptr, k_hat_ptr, v_ptr, out_ptr, q_hat_ptr, q_rrms_ptr, lse_ptr, w_ptr, cos_ptr, sin_ptr,
                     stride_qb, stride_qh, stride_ql, stride_vb, stride_vh, stride_vl,
                     stride_ob, stride_oh, stride_ol, stride_cb, stride_cl, L, S, eps, qk_scale,
@@ -207,12 +217,8 @@ def _forward_kernel(q_ptr, k_hat_ptr, v_ptr, out_ptr, q_hat_ptr, q_rrms_ptr, lse
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    if CAUSAL:  # blocks before the diagonal are visible to every row; those crossing it are masked
-        end = tl.minimum((pid_m + 1) * BLOCK_M, S)
-        unmasked_end = (tl.minimum(pid_m * BLOCK_M, S) // BLOCK_N) * BLOCK_N
-    else:
-        end = S
-        unmasked_end = (S // BLOCK_N) * BLOCK_N
+    unmasked_end, end = _key_range(pid_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    unmasked_end = (unmasked_end // BLOCK_N) * BLOCK_N  # the forward also masks the partial last block
     acc, m_i, l_i = _attend(acc, m_i, l_i, q_hat, k_src, v_src, stride_vl, 0, unmasked_end, rows, S, qk_scale,
                             D, BLOCK_N, False, CAUSAL, TMA)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q_hat, k_src, v_src, stride_vl, unmasked_end, end, rows, S, qk_scale,
@@ -277,9 +283,8 @@ def _dkdv_kernel(q_hat_ptr, k_ptr, k_hat_ptr, v_ptr, dout_ptr, lse_ptr, delta_pt
     keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ok = keys < S
     cols = tl.arange(0, D)
-    k_hat = tl.load(k_hat_ptr + bhk * S * D + keys[:, None] * D + cols[None, :], mask=ok[:, None], other=0.0)
-    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vl + cols[None, :],
-                mask=ok[:, None], other=0.0)
+    k_hat = _row_block(k_hat_ptr + bhk * S * D, pid_n * BLOCK_N, S, D, BLOCK_N, D, False)
+    v = _row_block(v_ptr + b * stride_vb + hk * stride_vh, pid_n * BLOCK_N, S, stride_vl, BLOCK_N, D, False)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     if CAUSAL:  # query blocks that reach the diagonal of this key block are masked, the later ones are not
@@ -336,20 +341,13 @@ def _dq_kernel(q_ptr, q_hat_ptr, k_hat_ptr, v_ptr, dout_ptr, lse_ptr, delta_ptr,
     bhk = b * (HQ // G) + h // G
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ok = rows < L
-    cols = tl.arange(0, D)
-    q_hat = tl.load(q_hat_ptr + bh * L * D + rows[:, None] * D + cols[None, :], mask=ok[:, None], other=0.0)
-    do = tl.load(dout_ptr + b * stride_db + h * stride_dh + rows[:, None] * stride_dl + cols[None, :],
-                 mask=ok[:, None], other=0.0)
+    q_hat = _row_block(q_hat_ptr + bh * L * D, pid_m * BLOCK_M, L, D, BLOCK_M, D, False)
+    do = _row_block(dout_ptr + b * stride_db + h * stride_dh, pid_m * BLOCK_M, L, stride_dl, BLOCK_M, D, False)
     lse = tl.load(lse_ptr + bh * L + rows, mask=ok, other=0.0)
     delta = tl.load(delta_ptr + bh * L + rows, mask=ok, other=0.0)
     k_src = _row_source(k_hat_ptr + bhk * S * D, S, D, BLOCK_N, D, TMA)
     v_src = _row_source(v_ptr + b * stride_vb + (h // G) * stride_vh, S, stride_vl, BLOCK_N, D, TMA)
-    if CAUSAL:
-        end = tl.minimum((pid_m + 1) * BLOCK_M, S)
-        unmasked_end = (tl.minimum(pid_m * BLOCK_M, S) // BLOCK_N) * BLOCK_N
-    else:
-        end = S
-        unmasked_end = S
+    unmasked_end, end = _key_range(pid_m, S, BLOCK_M, BLOCK_N, CAUSAL)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     dq = _dq_steps(dq, q_hat, do, lse, delta, rows, k_src, v_src, stride_vl, 0, unmasked_end, S, qk_scale, D,
                    BLOCK_N, False, TMA)

@@ -479,8 +479,29 @@ _GPU_CONFIGS = [
         (128, 128, 128, 3, 8, False),
     ]
 ]
-# Warp specialization (tl.range(..., warp_specialize=True)) is left out: in Triton 3.6 its pass failed to compile
-# the row-statistics variant on sm_90 (NVGPUWarpSpecialization, 2026-11-29), see NOTES.md.
+# Warp-specialized configs. In Triton 3.6 on sm_90, tl.range(..., warp_specialize=True) splits the persistent loop
+# into a TMA producer warpgroup and two consumer warpgroups (the BLOCK_M rows in halves), so one tile's epilogue
+# runs while the producer already loads the next tile, only with num_warps=4 and an unflattened loop; with
+# num_warps=8 or FLATTEN the pass silently leaves the loop as it was (TTGIR inspected offline, 2026-11-30). The
+# pass fails to compile (NVGPUWarpSpecialization) the in-loop prologue (register reads of the A tile), the
+# spin and last-arriver exchanges and the dgrad epilogue, so these configs serve the pre-pass prologue, the
+# plain GEMM and the whole-row post-norm only (WS_PROLOGUES, _post_candidate_plans).
+_WS_CONFIGS = [
+    dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=s, num_warps=4, WARP_SPECIALIZE=True,
+         FLATTEN=False)
+    for bn, s in ((128, 4), (256, 3))
+]
+WS_PROLOGUES = ("pre_pass", "plain")
+
+
+def prologue_configs(prologue: str, dtype: torch.dtype) -> list[dict]:
+    """The GPU block configs a prologue ("in_loop" | "pre_pass" | "plain") is tuned over."""
+    configs = _GPU_CONFIGS + (_WS_CONFIGS if prologue in WS_PROLOGUES else [])
+    if dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
+        configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in configs]
+    return configs
+
+
 # Small blocks for the CPU interpreter: it runs one program at a time in numpy.
 _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1,
                            WARP_SPECIALIZE=False, FLATTEN=False)
@@ -712,10 +733,7 @@ def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
         prologues = ("in_loop",)
     if not x.is_cuda:
         return [(prologue, _INTERPRETER_CONFIG) for prologue in prologues]
-    configs = _GPU_CONFIGS
-    if x.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
-        configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
-    return [(prologue, cfg) for prologue in prologues for cfg in configs]
+    return [(prologue, cfg) for prologue in prologues for cfg in prologue_configs(prologue, x.dtype)]
 
 
 def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:
@@ -799,9 +817,9 @@ def layer_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.T
 
 # --- post-norm: y = norm(x Wᵀ + b + residual) -------------------------------------------------------------------
 
-def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
+def _post_candidate_plans(x: torch.Tensor, N: int, backward: bool = False) -> list[tuple]:
     """("row" | "spin" | "last", block config): whole-row tiles when N fits one (≤ 256, TMA's largest box),
-    else an exchange between the N tiles of a row block."""
+    else an exchange between the N tiles of a row block. ``backward``: for the dgrad epilogue (BWD_NORM)."""
     if not x.is_cuda:
         plans = [("last", _INTERPRETER_CONFIG)]
         if N <= 64:
@@ -814,6 +832,8 @@ def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
         plans += [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
                                WARP_SPECIALIZE=False, FLATTEN=fl))
                   for bm, st, w, fl in ((128, 3, 8, False), (64, 4, 4, False))]
+        if not backward:  # the warp-specialized loop (see _WS_CONFIGS; the dgrad epilogue does not compile with it)
+            plans.append(("row", dict(_WS_CONFIGS[1], BLOCK_N=bn, BLOCK_K=bk)))
         # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB)
     num_sms = _num_sms(x.device.index or 0)
     # (flattened persistent loops measured slower here: 0.41 vs 0.17 ms at 65536x256x1024, 0.159 vs 0.152 ms for
@@ -910,6 +930,6 @@ def norm_backward_dgrad(dy: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd
 
     if plan is None:
         key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None)
-        plan = _fastest(key, _post_candidate_plans(x, K), run, timed=x.is_cuda)
+        plan = _fastest(key, _post_candidate_plans(x, K, backward=True), run, timed=x.is_cuda)
     dcol = run(plan)
     return dx, dcol[0].sum(0), dcol[1].sum(0) if layer_norm else None

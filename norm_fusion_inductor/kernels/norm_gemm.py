@@ -137,6 +137,16 @@ def norm_gemm_kernel(
         ro_desc = tl.make_tensor_descriptor(res_out_ptr if HAS_RESIDUAL_OUT else out_ptr, shape=[M, N],
                                             strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
 
+    if WARP_SPECIALIZE:
+        # per-row statistics through 1-D descriptors: in a warp-specialized loop Triton 3.6 (sm_90) shifts the
+        # second consumer warpgroup's pointer row indices twice (both its arange and its base by BLOCK_M / 2),
+        # while descriptor coordinates come out right (TTGIR, 2026-11-30; wrong rows measured on the H200)
+        rstd_desc = tl.make_tensor_descriptor(rstd_ptr, shape=[M], strides=[1], block_shape=[BLOCK_M])
+        mean_desc = tl.make_tensor_descriptor(mean_ptr, shape=[M], strides=[1], block_shape=[BLOCK_M])
+    else:
+        rstd_desc = rstd_ptr
+        mean_desc = mean_ptr
+
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -195,10 +205,9 @@ def norm_gemm_kernel(
                     if CENTER:
                         tl.store(mean_ptr + offs_m, shift + mean_shifted, mask=offs_m < M)
         if ROW_SCALE:
-            offs_m = off_m + tl.arange(0, BLOCK_M)
-            row_rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
+            row_rstd = _load_rows(rstd_desc, off_m, M, BLOCK_M, WARP_SPECIALIZE)
             if CENTER:  # acc holds Σ x·(W·γ): rstd · (acc − μ·u), u the column sums of the same rounded W·γ
-                row_mean = tl.load(mean_ptr + offs_m, mask=offs_m < M, other=0.0)
+                row_mean = _load_rows(mean_desc, off_m, M, BLOCK_M, WARP_SPECIALIZE)
                 offs_n = off_n + tl.arange(0, BLOCK_N)
                 u = tl.load(u_ptr + offs_n, mask=offs_n < N, other=0.0)
                 acc = (acc - row_mean[:, None] * u[None, :]) * row_rstd[:, None]
@@ -214,22 +223,23 @@ def norm_gemm_kernel(
                                     BWD_NORM == 2, HAS_POST_WEIGHT, EXCHANGE, TILES_POW2, BLOCK_M, BLOCK_N)
         elif POST_NORM != 0:
             _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
-                                part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
+                                part_ptr, count_ptr, res_out_ptr, rstd_desc, mean_desc, off_m, off_n, pid_m, pid_n,
                                 num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
                                 HAS_POST_WEIGHT, HAS_POST_BIAS, HAS_RESIDUAL_OUT, EXCHANGE, TILES_POW2,
-                                BLOCK_M, BLOCK_N)
+                                BLOCK_M, BLOCK_N, WARP_SPECIALIZE)
         else:
             o_desc.store([off_m, off_n], acc.to(dtype))
 
 
 @triton.jit
 def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr,
-                        count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n, num_pid_n, M, N, eps,
-                        stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
+                        count_ptr, res_out_ptr, rstd_rows, mean_rows, off_m, off_n, pid_m, pid_n, num_pid_n, M, N,
+                        eps, stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
                         HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr, HAS_RESIDUAL_OUT: tl.constexpr,
                         EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
-    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes."""
+                        BLOCK_N: tl.constexpr, ROWS_BY_TMA: tl.constexpr):
+    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes.
+    rstd_rows / mean_rows: pointers, or 1-D descriptors with ROWS_BY_TMA (see the kernel)."""
     dtype = out_ptr.dtype.element_ty
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -237,7 +247,9 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_RESIDUAL:
         acc += r_desc.load([off_m, off_n]).to(tl.float32)
-    z = tl.where(in_tile, acc, 0.0)
+    # columns past N are zeroed for the statistics; rows past M need no mask: they are never stored (descriptor
+    # stores clip, pointer stores take in_tile) and their statistics are never read
+    z = tl.where(offs_n[None, :] < N, acc, 0.0)
     if WRITE_Z:
         if EXCHANGE == 2:  # the last CTA reads it back: plain stores, published by the release below
             tl.store(z_ptr + tile, z.to(dtype), mask=in_tile)
@@ -255,7 +267,7 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     if EXCHANGE != 2:
         rstd = tl.math.rsqrt(var + eps)
         if pid_n == 0:
-            _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
+            _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM, BLOCK_M, ROWS_BY_TMA)
         y = _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM, HAS_POST_WEIGHT, HAS_POST_BIAS)
         if HAS_RESIDUAL_OUT:
             y += ro_desc.load([off_m, off_n]).to(tl.float32)
@@ -263,7 +275,7 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     elif arrived == num_pid_n:  # the last CTA of this row block normalizes all of it
         mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
         rstd = tl.math.rsqrt(var + eps)
-        _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
+        _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM, BLOCK_M, ROWS_BY_TMA)
         src_ptr = z_ptr if WRITE_Z else out_ptr
         for t in range(num_pid_n):
             cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -305,10 +317,29 @@ def _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
 
 
 @triton.jit
-def _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM: tl.constexpr):
-    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
-    if LAYER_NORM:
-        tl.store(mean_ptr + offs_m, mean, mask=offs_m < M)
+def _load_rows(rows, off_m, M, BLOCK_M: tl.constexpr, BY_TMA: tl.constexpr):
+    """rows[off_m : off_m + BLOCK_M] (0 past M) of an fp32 row vector: a pointer, or a 1-D descriptor (BY_TMA)."""
+    if BY_TMA:
+        values = rows.load([off_m])
+    else:
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        values = tl.load(rows + offs_m, mask=offs_m < M, other=0.0)
+    return values
+
+
+@triton.jit
+def _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BY_TMA: tl.constexpr):
+    """rstd (and mean) of rows off_m … off_m + BLOCK_M, past M dropped; pointers or 1-D descriptors (BY_TMA)."""
+    if BY_TMA:
+        rstd_rows.store([off_m], rstd)
+        if LAYER_NORM:
+            mean_rows.store([off_m], mean)
+    else:
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        tl.store(rstd_rows + offs_m, rstd, mask=offs_m < M)
+        if LAYER_NORM:
+            tl.store(mean_rows + offs_m, mean, mask=offs_m < M)
 
 
 @triton.jit

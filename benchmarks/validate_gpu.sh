@@ -8,7 +8,6 @@
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
-#   bash benchmarks/validate_gpu.sh ws       # warp-specialized plans: float64 checks, GPU tests, post N=256 (PROBE=1: configs vs cuBLAS)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -61,23 +60,6 @@ qk_norm)
     timeout 150 python3 benchmarks/qk_norm.py --configs > "$OUT/qk_configs.log" 2>&1; grep -E "config|Error" "$OUT/qk_configs.log"
     timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/qk_norm.py --json "$OUT/qk_norm.json" "$@" 2>&1 \
         | grep "^|\|Error\|failed" | tee "$OUT/qk_norm.log"
-    ;;
-ws)
-    if [ -n "${PROBE:-}" ]; then
-        timeout 240 python3 benchmarks/kernel_probe.py > "$OUT/kernel_probe.log" 2>&1; grep -v "^ *$" "$OUT/kernel_probe.log" | tail -40
-    fi
-    for a in "--norm rms --shape 4096x1024x768" "--norm ln --shift 1000"; do
-        timeout 90 python3 benchmarks/kernel_check.py $a >> "$OUT/kernel_check.log" 2>&1
-    done
-    grep -c "out " "$OUT/kernel_check.log"
-    awk '{split($0,a,"out "); split(a[2],b," "); if (b[1]+0 > 0.01 || $0 ~ /Error/) print "BAD", $0}' \
-        "$OUT/kernel_check.log" | cut -c1-200
-    timeout 150 python3 -m pytest tests/test_gpu_post_norm.py -k "every_plan_matches" -q -p no:warnings \
-        --show-capture=no --tb=short > "$OUT/post_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/post_tests.log" | tail -8
-    timeout 200 python3 -m pytest tests/test_gpu.py -q -p no:warnings --show-capture=no --tb=line \
-        > "$OUT/gpu_tests.log" 2>&1; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.log" | tail -12
-    timeout 150 python3 benchmarks/postnorm.py --norm rms --no-max-autotune --exchanges --json "$OUT/post_ws.json" \
-        --shapes 262144x256x256 65536x1024x256 262144x512x256 2>&1 | grep "^|" | tee "$OUT/post_ws.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

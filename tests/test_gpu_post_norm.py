@@ -29,9 +29,9 @@ def _operands(M, K, N, dtype, shift=0.0, seed=0):
     return x, w, b, r, gamma, beta
 
 
-def _plans(x, N, backward=False):
+def _plans(x, N):
     """The tuning candidates, and the last-arriver exchange (a candidate only where the spin cannot run)."""
-    plans = norm_gemm._post_candidate_plans(x, N, backward)
+    plans = norm_gemm._post_candidate_plans(x, N)
     assert "spin" in {p[0] for p in plans}
     last = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_stages=4, num_warps=8, WARP_SPECIALIZE=False,
                 FLATTEN=False)
@@ -172,7 +172,7 @@ def test_norm_backward_dgrad_every_plan(dtype, layer_norm, M, K, N):
 
     ref, eager = grads(torch.float64), grads(dtype)
     mean, rstd = saved_norm_stats(x, layer_norm)
-    for plan in _plans(x, K, backward=True):
+    for plan in _plans(x, K):
         _poison_allocator()
         got = norm_gemm.norm_backward_dgrad(dy, w, x, rstd, mean, gamma, layer_norm=layer_norm, plan=plan)
         for fused, e, r in zip(got, eager, ref):

@@ -330,7 +330,7 @@ def test_norm_backward_dgrad_matches_float64(dtype, layer_norm, K, w_kn):
     dy = torch.randn(M, N).to(dtype)
     mean, rstd = saved_norm_stats(x, layer_norm)
     ref = _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm)
-    plans = norm_gemm._post_candidate_plans(x, K, backward=True)
+    plans = norm_gemm._post_candidate_plans(x, K)
     assert [p[0] for p in plans] == (["row", "last"] if K <= 64 else ["last"])
     for plan in plans:
         dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, w.t().contiguous() if w_kn else w, x, rstd, mean,

@@ -137,16 +137,6 @@ def norm_gemm_kernel(
         ro_desc = tl.make_tensor_descriptor(res_out_ptr if HAS_RESIDUAL_OUT else out_ptr, shape=[M, N],
                                             strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
 
-    if WARP_SPECIALIZE:
-        # per-row statistics through 1-D descriptors: in a warp-specialized loop Triton 3.6 (sm_90) shifts the
-        # second consumer warpgroup's pointer row indices twice (both its arange and its base by BLOCK_M / 2),
-        # while descriptor coordinates come out right (TTGIR, 2026-11-30; wrong rows measured on the H200)
-        rstd_desc = tl.make_tensor_descriptor(rstd_ptr, shape=[M], strides=[1], block_shape=[BLOCK_M])
-        mean_desc = tl.make_tensor_descriptor(mean_ptr, shape=[M], strides=[1], block_shape=[BLOCK_M])
-    else:
-        rstd_desc = rstd_ptr
-        mean_desc = mean_ptr
-
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -205,9 +195,10 @@ def norm_gemm_kernel(
                     if CENTER:
                         tl.store(mean_ptr + offs_m, shift + mean_shifted, mask=offs_m < M)
         if ROW_SCALE:
-            row_rstd = _load_rows(rstd_desc, off_m, M, BLOCK_M, WARP_SPECIALIZE)
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            row_rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
             if CENTER:  # acc holds Σ x·(W·γ): rstd · (acc − μ·u), u the column sums of the same rounded W·γ
-                row_mean = _load_rows(mean_desc, off_m, M, BLOCK_M, WARP_SPECIALIZE)
+                row_mean = tl.load(mean_ptr + offs_m, mask=offs_m < M, other=0.0)
                 offs_n = off_n + tl.arange(0, BLOCK_N)
                 u = tl.load(u_ptr + offs_n, mask=offs_n < N, other=0.0)
                 acc = (acc - row_mean[:, None] * u[None, :]) * row_rstd[:, None]
@@ -223,23 +214,22 @@ def norm_gemm_kernel(
                                     BWD_NORM == 2, HAS_POST_WEIGHT, EXCHANGE, TILES_POW2, BLOCK_M, BLOCK_N)
         elif POST_NORM != 0:
             _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
-                                part_ptr, count_ptr, res_out_ptr, rstd_desc, mean_desc, off_m, off_n, pid_m, pid_n,
+                                part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
                                 num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
                                 HAS_POST_WEIGHT, HAS_POST_BIAS, HAS_RESIDUAL_OUT, EXCHANGE, TILES_POW2,
-                                BLOCK_M, BLOCK_N, WARP_SPECIALIZE)
+                                BLOCK_M, BLOCK_N)
         else:
             o_desc.store([off_m, off_n], acc.to(dtype))
 
 
 @triton.jit
 def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr,
-                        count_ptr, res_out_ptr, rstd_rows, mean_rows, off_m, off_n, pid_m, pid_n, num_pid_n, M, N,
-                        eps, stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
+                        count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n, num_pid_n, M, N, eps,
+                        stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
                         HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr, HAS_RESIDUAL_OUT: tl.constexpr,
                         EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, ROWS_BY_TMA: tl.constexpr):
-    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes.
-    rstd_rows / mean_rows: pointers, or 1-D descriptors with ROWS_BY_TMA (see the kernel)."""
+                        BLOCK_N: tl.constexpr):
+    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes."""
     dtype = out_ptr.dtype.element_ty
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -247,9 +237,7 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_RESIDUAL:
         acc += r_desc.load([off_m, off_n]).to(tl.float32)
-    # columns past N are zeroed for the statistics; rows past M need no mask: they are never stored (descriptor
-    # stores clip, pointer stores take in_tile) and their statistics are never read
-    z = tl.where(offs_n[None, :] < N, acc, 0.0)
+    z = tl.where(in_tile, acc, 0.0)
     if WRITE_Z:
         if EXCHANGE == 2:  # the last CTA reads it back: plain stores, published by the release below
             tl.store(z_ptr + tile, z.to(dtype), mask=in_tile)
@@ -267,7 +255,7 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     if EXCHANGE != 2:
         rstd = tl.math.rsqrt(var + eps)
         if pid_n == 0:
-            _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM, BLOCK_M, ROWS_BY_TMA)
+            _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
         y = _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM, HAS_POST_WEIGHT, HAS_POST_BIAS)
         if HAS_RESIDUAL_OUT:
             y += ro_desc.load([off_m, off_n]).to(tl.float32)
@@ -275,7 +263,7 @@ def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, po
     elif arrived == num_pid_n:  # the last CTA of this row block normalizes all of it
         mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
         rstd = tl.math.rsqrt(var + eps)
-        _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM, BLOCK_M, ROWS_BY_TMA)
+        _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
         src_ptr = z_ptr if WRITE_Z else out_ptr
         for t in range(num_pid_n):
             cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -317,29 +305,10 @@ def _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(rows, off_m, M, BLOCK_M: tl.constexpr, BY_TMA: tl.constexpr):
-    """rows[off_m : off_m + BLOCK_M] (0 past M) of an fp32 row vector: a pointer, or a 1-D descriptor (BY_TMA)."""
-    if BY_TMA:
-        values = rows.load([off_m])
-    else:
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        values = tl.load(rows + offs_m, mask=offs_m < M, other=0.0)
-    return values
-
-
-@triton.jit
-def _store_stats(rstd_rows, mean_rows, off_m, M, mean, rstd, LAYER_NORM: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BY_TMA: tl.constexpr):
-    """rstd (and mean) of rows off_m … off_m + BLOCK_M, past M dropped; pointers or 1-D descriptors (BY_TMA)."""
-    if BY_TMA:
-        rstd_rows.store([off_m], rstd)
-        if LAYER_NORM:
-            mean_rows.store([off_m], mean)
-    else:
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        tl.store(rstd_rows + offs_m, rstd, mask=offs_m < M)
-        if LAYER_NORM:
-            tl.store(mean_rows + offs_m, mean, mask=offs_m < M)
+def _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM: tl.constexpr):
+    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+    if LAYER_NORM:
+        tl.store(mean_ptr + offs_m, mean, mask=offs_m < M)
 
 
 @triton.jit
@@ -510,29 +479,8 @@ _GPU_CONFIGS = [
         (128, 128, 128, 3, 8, False),
     ]
 ]
-# Warp-specialized configs. In Triton 3.6 on sm_90, tl.range(..., warp_specialize=True) splits the persistent loop
-# into a TMA producer warpgroup and two consumer warpgroups (the BLOCK_M rows in halves), so one tile's epilogue
-# runs while the producer already loads the next tile, only with num_warps=4 and an unflattened loop; with
-# num_warps=8 or FLATTEN the pass silently leaves the loop as it was (TTGIR inspected offline, 2026-11-30). The
-# pass fails to compile (NVGPUWarpSpecialization) the in-loop prologue (register reads of the A tile), the
-# spin and last-arriver exchanges and the dgrad epilogue, so these configs serve the pre-pass prologue, the
-# plain GEMM and the whole-row post-norm only (WS_PROLOGUES, _post_candidate_plans).
-_WS_CONFIGS = [
-    dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=s, num_warps=4, WARP_SPECIALIZE=True,
-         FLATTEN=False)
-    for bn, s in ((128, 4), (256, 3))
-]
-WS_PROLOGUES = ("pre_pass", "plain")
-
-
-def prologue_configs(prologue: str, dtype: torch.dtype) -> list[dict]:
-    """The GPU block configs a prologue ("in_loop" | "pre_pass" | "plain") is tuned over."""
-    configs = _GPU_CONFIGS + (_WS_CONFIGS if prologue in WS_PROLOGUES else [])
-    if dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
-        configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in configs]
-    return configs
-
-
+# Warp specialization (tl.range(..., warp_specialize=True)) is left out: in Triton 3.6 its pass failed to compile
+# the row-statistics variant on sm_90 (NVGPUWarpSpecialization, 2026-11-29), see NOTES.md.
 # Small blocks for the CPU interpreter: it runs one program at a time in numpy.
 _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1,
                            WARP_SPECIALIZE=False, FLATTEN=False)
@@ -764,7 +712,10 @@ def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
         prologues = ("in_loop",)
     if not x.is_cuda:
         return [(prologue, _INTERPRETER_CONFIG) for prologue in prologues]
-    return [(prologue, cfg) for prologue in prologues for cfg in prologue_configs(prologue, x.dtype)]
+    configs = _GPU_CONFIGS
+    if x.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
+        configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
+    return [(prologue, cfg) for prologue in prologues for cfg in configs]
 
 
 def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:
@@ -848,9 +799,9 @@ def layer_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.T
 
 # --- post-norm: y = norm(x Wᵀ + b + residual) -------------------------------------------------------------------
 
-def _post_candidate_plans(x: torch.Tensor, N: int, backward: bool = False) -> list[tuple]:
+def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
     """("row" | "spin" | "last", block config): whole-row tiles when N fits one (≤ 256, TMA's largest box),
-    else an exchange between the N tiles of a row block. ``backward``: for the dgrad epilogue (BWD_NORM)."""
+    else an exchange between the N tiles of a row block."""
     if not x.is_cuda:
         plans = [("last", _INTERPRETER_CONFIG)]
         if N <= 64:
@@ -863,8 +814,6 @@ def _post_candidate_plans(x: torch.Tensor, N: int, backward: bool = False) -> li
         plans += [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
                                WARP_SPECIALIZE=False, FLATTEN=fl))
                   for bm, st, w, fl in ((128, 3, 8, False), (64, 4, 4, False))]
-        if not backward:  # the warp-specialized loop (see _WS_CONFIGS; the dgrad epilogue does not compile with it)
-            plans.append(("row", dict(_WS_CONFIGS[1], BLOCK_N=bn, BLOCK_K=bk)))
         # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB)
     num_sms = _num_sms(x.device.index or 0)
     # (flattened persistent loops measured slower here: 0.41 vs 0.17 ms at 65536x256x1024, 0.159 vs 0.152 ms for
@@ -961,6 +910,6 @@ def norm_backward_dgrad(dy: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd
 
     if plan is None:
         key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None)
-        plan = _fastest(key, _post_candidate_plans(x, K, backward=True), run, timed=x.is_cuda)
+        plan = _fastest(key, _post_candidate_plans(x, K), run, timed=x.is_cuda)
     dcol = run(plan)
     return dx, dcol[0].sum(0), dcol[1].sum(0) if layer_norm else None

@@ -35,7 +35,7 @@ sweep)
 ln)
     python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --json "$OUT/prenorm_ln.json" \
         --shapes $(python3 -c "from benchmarks.prenorm import SWEEP; print(' '.join('%dx%dx%d' % s for s in SWEEP))") \
-        2>&1 | grep "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+        2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
     ;;
 backward)
     python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line 2>&1 \

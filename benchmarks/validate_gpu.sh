@@ -61,6 +61,11 @@ qk_norm)
     timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/qk_norm.py --json "$OUT/qk_norm.json" "$@" 2>&1 \
         | grep "^|\|Error\|failed" | tee "$OUT/qk_norm.log"
     ;;
+diff)  # the kernels an unfused plugin graph launches against the default's, then half the LayerNorm post sweep
+    timeout 120 python3 benchmarks/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
+    timeout 380 python3 benchmarks/postnorm.py --norm ln --part 1/2 --no-max-autotune --json "$OUT/postnorm_ln.json" \
+        2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/postnorm_ln.log"
+    ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \
         --json "$OUT/postnorm_${2:-ln}.json" 2>&1 | grep "^|\|median\|worst" | tee "$OUT/postnorm_${2:-ln}.log"

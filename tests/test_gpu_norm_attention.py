@@ -17,7 +17,8 @@ op = torch.ops.norm_fusion.norm_attention
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("activation", list(norm_attention.ACTIVATIONS))
-@pytest.mark.parametrize("heads,head_dim,kv_len,affine", [(4, 128, 128, True), (2, 64, 200, False)])
+@pytest.mark.parametrize("heads,head_dim,kv_len,affine", [(4, 128, 128, True), (2, 64, 200, False),
+                                                         (2, 128, 1000, True)])  # long KV: many KV blocks
 def test_matches_float64(dtype, activation, heads, head_dim, kv_len, affine):
     lens = [300, 0, 1, 64, 129, 250, 77, 512]
     args, grad_out = norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cuda",

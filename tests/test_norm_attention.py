@@ -47,6 +47,17 @@ def test_kernels_match_float64_fp32(activation, affine, monkeypatch):
 
 
 @interpreter
+@pytest.mark.parametrize("activation", ["softmax", "gelu"])
+def test_kernels_match_float64_long_kv(activation, monkeypatch):
+    """KV far longer than a KV block (and not a multiple of it): the online softmax and every backward loop over
+    many blocks."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    args, grad_out = norm_attention_case([7, 20], heads=2, head_dim=16, kv_len=300, activation=activation,
+                                         dtype=torch.float32, seed=11)
+    _check_against_float64(args, grad_out, tol=1e-5)
+
+
+@interpreter
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
 def test_kernels_match_float64_fp16(activation, monkeypatch):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
@@ -161,8 +172,10 @@ def test_function_errors_name_the_argument():
 def test_unsupported_operands_have_reasons():
     q, k = torch.randn(10, 48), torch.randn(2, 5, 48)
     assert "head_dim 12" in norm_attention.unsupported_reason(q, k, k, 4, "softmax")
-    assert "KV length 300" in norm_attention.unsupported_reason(q[:, :32], torch.randn(2, 300, 32),
-                                                                torch.randn(2, 300, 32), 2, "softmax")
+    assert "empty KV" in norm_attention.unsupported_reason(q[:, :32], torch.randn(2, 0, 32), torch.randn(2, 0, 32),
+                                                           2, "softmax")
+    huge = torch.empty(2**31 // 32 + 1, 32, device="meta")
+    assert "int32" in norm_attention.unsupported_reason(huge, k[..., :32], k[..., :32], 2, "softmax")
     assert norm_attention.unsupported_reason(q[:, :32], k[..., :32], k[..., :32], 2, "softmax") is None
 
 

@@ -2,7 +2,8 @@
 backward (design.md §1.5).
 
 Rows q [T, H·D] of B sequences (jagged: sequence b owns rows offsets[b] .. offsets[b+1]; a dense batch is the
-uniform case), keys and values k, v [B, L, H·D] (short: L ≤ 256):
+uniform case), keys and values k, v [B, L, H·D] (any L: every kernel walks the keys in BLOCK_N blocks, the
+softmax online):
 
     q̂   = LN(q)·γ + β                        mean/rstd over the whole H·D row, all heads
     a_h = s · act(q̂_h K_hᵀ) V_h              GDPA: act ∈ {gelu, gelu_tanh, silu, relu2}, no normalization
@@ -43,7 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 ACTIVATIONS = {"softmax": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
-MAX_KV_LEN = 256
+MAX_ELEMENTS = 2**31  # element offsets are int32 in the kernels
 
 
 @triton.jit
@@ -431,8 +432,10 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
         return f"head_dim {head_dim} (16, 32, 64, 128)"
     if heads > 8:
         return f"{heads} heads (the kernel loops over the heads of a row: at most 8)"
-    if not 1 <= k.shape[1] <= MAX_KV_LEN:
-        return f"KV length {k.shape[1]} (1..{MAX_KV_LEN})"
+    if k.shape[1] < 1:
+        return "empty KV"
+    if max(q.numel(), k.numel(), v.numel()) >= MAX_ELEMENTS:
+        return f"a tensor of {MAX_ELEMENTS} elements or more (int32 offsets)"
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         return "a head dimension is strided"
     return None

@@ -44,6 +44,13 @@ def _gemma2(t, hidden, layers):
                     head_dim=hidden // 4)
 
 
+def _gemma3(t, hidden, layers):
+    """Gemma 2's sandwich norms, plus per-head q/k norms in Gemma's (1 + w) form before sliding-window attention
+    (a mask)."""
+    return _decoder(t.Gemma3ForCausalLM, t.Gemma3TextConfig, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, sliding_window=8)
+
+
 def _olmo2(t, hidden, layers):
     """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
     return _decoder(t.Olmo2ForCausalLM, t.Olmo2Config, hidden, layers, num_key_value_heads=2, pad_token_id=0,
@@ -80,7 +87,8 @@ def _vit(t, hidden, layers):
         intermediate_size=2 * hidden, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "olmo2": _olmo2,
+FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
+                                 "olmo2": _olmo2,
                                  "qwen3": _qwen3, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 

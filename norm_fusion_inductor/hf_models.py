@@ -88,8 +88,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "olmo2": _olmo2,
-                                 "qwen3": _qwen3, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "olmo2": _olmo2, "qwen3": _qwen3, "t5": _t5, "gpt2": _gpt2, "bert": _bert,
+                                 "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

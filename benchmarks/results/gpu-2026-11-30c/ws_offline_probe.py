@@ -1,3 +1,5 @@
+"""Offline (CPU) check of when Triton 3.6 warp-specializes a persistent TMA matmul for sm_90: prints the
+number of ttg.warp_specialize ops per (loop, warp_specialize, flatten, num_warps). 2026-11-30."""
 import triton, triton.language as tl, re, sys
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -27,15 +29,20 @@ def mm(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
                 acc = tl.dot(a, b.T, acc)
             c_desc.store([pm * BLOCK_M, pn * BLOCK_N], acc.to(tl.bfloat16))
 
-sig = dict(a_ptr="*bf16", b_ptr="*bf16", c_ptr="*bf16", M="i32", N="i32", K="i32", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", NUM_SMS="constexpr", WS="constexpr", FLAT="constexpr", OUTER="constexpr")
+sig = dict(a_ptr="*bf16", b_ptr="*bf16", c_ptr="*bf16", M="i32", N="i32", K="i32",
+           **{n: "constexpr" for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_SMS", "WS", "FLAT", "OUTER")})
 for outer in (True, False):
   for ws in (False, True):
     for flat in ((False, True) if outer else (False,)):
       for nw in (4, 8):
         ce = {(6,): 128, (7,): 256 if nw == 8 else 128, (8,): 64, (9,): 132, (10,): ws, (11,): flat, (12,): outer}
         try:
-            k = triton.compile(ASTSource(fn=mm, signature=sig, constexprs=ce, attrs={(i,): [["tt.divisibility", 16]] for i in range(6)}), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw, num_stages=3))
+            attrs = {(i,): [["tt.divisibility", 16]] for i in range(6)}
+            k = triton.compile(ASTSource(fn=mm, signature=sig, constexprs=ce, attrs=attrs),
+                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw, num_stages=3))
             g = k.asm["ttgir"]
-            print("outer" if outer else "inner", "ws" if ws else "--", "flat" if flat else "    ", nw, "warp_specialize:", g.count("ttg.warp_specialize"), "setmaxnreg" in k.asm["ptx"], "smem", k.metadata.shared, "num_warps", k.metadata.num_warps)
+            print("outer" if outer else "inner", "ws" if ws else "--", "flat" if flat else "    ", nw,
+                  "warp_specialize ops:", g.count("ttg.warp_specialize"), "smem", k.metadata.shared,
+                  "num_warps", k.metadata.num_warps)
         except Exception as e:
             print(outer, ws, flat, nw, "FAIL", str(e).splitlines()[0][:200])

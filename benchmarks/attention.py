@@ -48,6 +48,9 @@ def bench_interleaved(fns: dict, rounds=3, rep=30):
 
 
 def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train):
+    # every row compiles the same block function again: past Dynamo's recompile limit (8) it would silently run
+    # the block eagerly (it did on 2026-11-30: the silu rows of a 16-row sweep)
+    torch._dynamo.reset()
     q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
     scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
     seq, pos = attention_ops._padding_index(offsets, q.shape[0])
@@ -87,28 +90,30 @@ def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train)
                 activation=activation, train=train, rows=q.shape[0], times_ms=times, err_vs_eager=err)
 
 
-CONFIGS = [(64, 64, 4, 2), (64, 128, 4, 2), (64, 64, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (64, 128, 8, 3),
-           (128, 128, 8, 2)]
+CONFIGS = [(64, 64, 4, 2), (64, 64, 8, 2), (128, 64, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (128, 128, 8, 2),
+           (64, 64, 4, 3)]
 PROBE_CONFIGS = [(32, 64, 4, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 
 
-def explore_configs(batch, max_len, heads, head_dim, kv_len, activation):
-    """Each kernel timed alone with each (BLOCK_M, BLOCK_N, warps, stages) of CONFIGS, on the jagged operands."""
+def explore_configs(batch, max_len, heads, head_dim, kv_len, activation, tma_too=False):
+    """The forward and the backward, timed with each (BLOCK_M, BLOCK_N, warps, stages) of CONFIGS for one of
+    their per-head kernels (the others at their defaults), on the jagged operands; the pointer path, and with
+    ``tma_too`` the descriptor path as well."""
     from norm_fusion_inductor.kernels import norm_attention as kernels
 
     q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
     scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
     common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
-    _, mean, rstd, rrms, lse = kernels.forward(*common, 1e-5, 1e-6)
+    _, *saved = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
     for cfg in CONFIGS:
-        for tma in (False, True):
+        for tma in (False, True) if tma_too else (False,):
             row = {}
             for name, fn in (("forward", lambda: kernels.forward(*common, 1e-5, 1e-6, config=cfg, tma=tma)),
-                             ("backward dq", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
-                                                                      dq_config=cfg, tma=tma)),
-                             ("backward dkdv", lambda: kernels.backward(grad, *common, mean, rstd, rrms, lse,
-                                                                        dkdv_config=cfg, tma=tma))):
+                             ("backward dq", lambda: kernels.backward(grad, *common, *saved, dq_config=cfg,
+                                                                      tma=tma)),
+                             ("backward dkdv", lambda: kernels.backward(grad, *common, *saved, dkdv_config=cfg,
+                                                                        tma=tma))):
                 try:
                     row[name] = triton.testing.do_bench(fn, warmup=3, rep=20, return_mode="median")
                 except Exception as e:  # out of shared memory or registers: reported, not fatal
@@ -134,13 +139,11 @@ def probe(batch, max_len, heads, head_dim, kv_len, activation):
     q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
     scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
     common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
-    _, mean, rstd, rrms, lse = kernels.forward(*common, 1e-5, 1e-6)
+    _, *saved = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
-    launches = {"_forward_kernel": lambda c, t: kernels.forward(*common, 1e-5, 1e-6, config=c, tma=t),
-                "_dq_kernel": lambda c, t: kernels.backward(grad, *common, mean, rstd, rrms, lse, dq_config=c,
-                                                            tma=t),
-                "_dkdv_kernel": lambda c, t: kernels.backward(grad, *common, mean, rstd, rrms, lse, dkdv_config=c,
-                                                              tma=t)}
+    launches = {"_attention_kernel": lambda c, t: kernels.forward(*common, 1e-5, 1e-6, config=c, tma=t),
+                "_dq_hat_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dq_config=c, tma=t),
+                "_dkdv_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dkdv_config=c, tma=t)}
     for name, launch in launches.items():
         jit_fn = getattr(kernels, name)
         for cfg, tma in ((c, t) for c in PROBE_CONFIGS for t in (False, True)):
@@ -161,6 +164,29 @@ def probe(batch, max_len, heads, head_dim, kv_len, activation):
                 print(f"{name} {activation} {cfg} tma={tma}: {ms:.3f} ms (whole call) {info}", flush=True)
 
 
+def breakdown(batch, max_len, heads, head_dim, kv_len, activation):
+    """GPU time of each kernel of one forward and one backward (torch.profiler, averaged over 10 calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from norm_fusion_inductor.kernels import norm_attention as kernels
+
+    q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
+    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
+    common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
+    grad = torch.randn_like(q)
+    _, *saved = kernels.forward(*common, 1e-5, 1e-6)
+    kernels.backward(grad, *common, *saved)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            _, *saved = kernels.forward(*common, 1e-5, 1e-6)
+            kernels.backward(grad, *common, *saved)
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / 10e3) for e in prof.key_averages() if e.device_time_total > 0]
+    for name, ms in sorted(rows, key=lambda r: -r[1]):
+        print(f"breakdown {activation} H{heads} max{max_len}: {ms:.3f} ms  {name[:90]}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=768)
@@ -174,14 +200,28 @@ def main():
     p.add_argument("--json")
     p.add_argument("--configs", action="store_true", help="time the kernels' block configs instead")
     p.add_argument("--probe", action="store_true", help="registers/spills of each kernel and config, timed")
+    p.add_argument("--tma", action="store_true", help="--configs: the descriptor path too")
+    p.add_argument("--breakdown", action="store_true", help="GPU time per kernel of one forward + backward")
+    p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
+                   help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
     args = p.parse_args()
     if args.probe:
         for activation in args.activations:
             probe(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)
         return
+    if args.row_launch:
+        from norm_fusion_inductor.kernels import norm_attention as kernels
+
+        kernels.ROW_ELEMENTS, kernels.ROW_WARPS, kernels.ROW_PROGRAMS_PER_SM = args.row_launch
+        print(f"row kernels: {args.row_launch}", flush=True)
+    if args.breakdown:
+        for activation in args.activations:
+            breakdown(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)
+        return
     if args.configs:
         for activation in args.activations:
-            explore_configs(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)
+            explore_configs(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation,
+                            args.tma)
         return
     modes = ["default"] + ([] if args.no_max_autotune else ["max-autotune-no-cudagraphs"])
     results = []

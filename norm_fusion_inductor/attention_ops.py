@@ -1,10 +1,11 @@
 """The norm → attention → norm op ("FlashNormAttention", design.md §1.5) and the eager block it replaces.
 
 ``torch.ops.norm_fusion.norm_attention(q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale,
-activation, ln_eps, rms_eps) -> (out, mean, rstd, rrms, lse)``
+activation, ln_eps, rms_eps) -> (out, mean, rstd, rrms, lse, x)``
     q [T, H·D]: the rows of B sequences, sequence b owning rows offsets[b] .. offsets[b+1] (int32/int64 [B+1],
     ``max_len`` ≥ the longest); k, v [B, L, H·D]. out [T, H·D] is ``norm_attention_block`` of each sequence;
-    mean, rstd (the LayerNorm's) and rrms (the RMSNorm's) [T] fp32; lse [T, H] fp32 for softmax, else empty.
+    mean, rstd (the LayerNorm's) and rrms (the RMSNorm's) [T] fp32; lse [T, H] fp32 for softmax, else empty;
+    x [T, H·D] the RMSNorm's input (attention + q̂), which the backward reads.
 
 ``flash_norm_attention(q, k, v, ...)`` is the user-facing function: dense q [B, Lq, H·D] or jagged q [T, H·D]
 with offsets.
@@ -37,7 +38,8 @@ def norm_attention_block(q: Tensor, k: Tensor, v: Tensor, heads: int, ln_weight:
 
 
 def _block(q, k, v, heads, ln_weight, ln_bias, rms_weight, scale, activation, ln_eps, rms_eps, stats=False):
-    """out, and with ``stats`` the op's saved statistics (mean, rstd, rrms [B, Lq], lse [B, Lq, H] or None)."""
+    """out, and with ``stats`` the op's saved tensors (mean, rstd, rrms [B, Lq], lse [B, Lq, H] or None,
+    x [B, Lq, H·D])."""
     B, Lq, width = q.shape
     head_dim = width // heads
     q_hat = F.layer_norm(q, (width,), ln_weight, ln_bias, ln_eps)
@@ -59,7 +61,7 @@ def _block(q, k, v, heads, ln_weight, ln_bias, rms_weight, scale, activation, ln
         lse = None
         if activation == "softmax":
             lse = torch.logsumexp((qh @ kh.transpose(-2, -1)).to(acc) * scale, -1).transpose(1, 2)
-    return out, (mean, torch.rsqrt(var + ln_eps), rrms, lse)
+    return out, (mean, torch.rsqrt(var + ln_eps), rrms, lse, x.detach())
 
 
 class NormAttentionBlock(torch.nn.Module):
@@ -91,10 +93,10 @@ def norm_attention_reference(q, k, v, offsets, max_len, heads, ln_weight, ln_bia
     The statistics are in the promoted dtype (fp32 for 16-bit inputs, fp64 for fp64)."""
     seq, pos = _padding_index(offsets, q.shape[0])
     padded = q.new_zeros(k.shape[0], max_len, q.shape[1]).index_put((seq, pos), q)
-    out, (mean, rstd, rrms, lse) = _block(padded, k, v, heads, ln_weight, ln_bias, rms_weight, scale, activation,
-                                          ln_eps, rms_eps, stats=True)
+    out, (mean, rstd, rrms, lse, x) = _block(padded, k, v, heads, ln_weight, ln_bias, rms_weight, scale,
+                                             activation, ln_eps, rms_eps, stats=True)
     lse = lse[seq, pos] if lse is not None else mean.new_empty(0, heads)
-    return out[seq, pos], mean[seq, pos], rstd[seq, pos], rrms[seq, pos], lse
+    return out[seq, pos], mean[seq, pos], rstd[seq, pos], rrms[seq, pos], lse, x[seq, pos]
 
 
 def _kernel_reason(q, k, v, heads, activation) -> Optional[str]:
@@ -105,7 +107,7 @@ def _kernel_reason(q, k, v, heads, activation) -> Optional[str]:
 def norm_attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
                    ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor],
                    scale: float, activation: str, ln_eps: float, rms_eps: float
-                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     args = (q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale, activation)
     reason = _kernel_reason(q, k, v, heads, activation)
     if reason is None:
@@ -120,14 +122,14 @@ def _(q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale, a
     T = q.shape[0]
     stats = [q.new_empty(T, dtype=torch.float32) for _ in range(3)]
     return (q.new_empty(q.shape), *stats, q.new_empty(T if activation == "softmax" else 0, heads,
-                                                      dtype=torch.float32))
+                                                      dtype=torch.float32), q.new_empty(q.shape))
 
 
 @torch.library.custom_op("norm_fusion::norm_attention_backward", mutates_args=())
 def norm_attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int,
                             heads: int, ln_weight: Optional[Tensor], ln_bias: Optional[Tensor],
                             rms_weight: Optional[Tensor], scale: float, activation: str, ln_eps: float,
-                            rms_eps: float, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor
+                            rms_eps: float, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor
                             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dγ, dβ, dw) of norm_attention by the Triton kernels; a norm weight's gradient is empty where
     the weight is None. An op of its own so that AOTAutograd traces the backward (fake implementation) instead of
@@ -137,7 +139,7 @@ def norm_attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, o
     if reason is not None:
         raise RuntimeError(f"norm_attention_backward: the kernels cannot take these operands ({reason})")
     grads = kernels.backward(grad_out, q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale,
-                             activation, mean, rstd, rrms, lse)
+                             activation, mean, rstd, rrms, lse, x)
     return tuple(g if g is not None else q.new_empty(0) for g in grads)
 
 
@@ -158,13 +160,13 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, *_grad_stats):
-    q, k, v, offsets, ln_weight, ln_bias, rms_weight, mean, rstd, rrms, lse = ctx.saved_tensors
+    q, k, v, offsets, ln_weight, ln_bias, rms_weight, mean, rstd, rrms, lse, x = ctx.saved_tensors
     max_len, heads, scale, activation, ln_eps, rms_eps = ctx.scalars
     weights = (ln_weight, ln_bias, rms_weight)
     if _kernel_reason(q, k, v, heads, activation) is None:
         grads = torch.ops.norm_fusion.norm_attention_backward(
             grad_out.contiguous(), q, k, v, offsets, max_len, heads, *weights, scale, activation, ln_eps, rms_eps,
-            mean, rstd, rrms, lse)
+            mean, rstd, rrms, lse, x)
         grads = [g if t is not None else None for g, t in zip(grads, (q, k, v, *weights))]
     else:  # differentiate the reference, recomputed
         with torch.enable_grad():

@@ -26,7 +26,7 @@ def _check_against_float64(args, grad_out, tol):
     ref, ref_stats, ref_grads = norm_attention_run(reference, args, grad_out, cast=torch.float64)
     eager, _, eager_grads = norm_attention_run(reference, args, grad_out)
     assert rel_err(out, ref) <= max(tol, 2 * rel_err(eager, ref)), f"out {rel_err(out, ref):.2e}"
-    for name, s, r in zip(("mean", "rstd", "rrms", "lse"), stats, ref_stats):
+    for name, s, r in zip(("mean", "rstd", "rrms", "lse", "x"), stats, ref_stats, strict=True):
         assert s.shape == r.shape, name
         if s.numel():
             assert rel_err(s, r) < max(tol, 1e-5), f"{name} {rel_err(s, r):.2e}"
@@ -54,6 +54,16 @@ def test_kernels_match_float64_long_kv(activation, monkeypatch):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
     args, grad_out = norm_attention_case([7, 20], heads=2, head_dim=16, kv_len=300, activation=activation,
                                          dtype=torch.float32, seed=11)
+    _check_against_float64(args, grad_out, tol=1e-5)
+
+
+@interpreter
+def test_kernels_match_float64_three_heads(monkeypatch):
+    """A head count that is not a power of two: the row kernels hold whole rows padded to a power of two and sum
+    per-head partials (Δ) over the padded layout."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    args, grad_out = norm_attention_case([40, 3, 29], heads=3, head_dim=16, kv_len=24, activation="softmax",
+                                         dtype=torch.float32, seed=13)
     _check_against_float64(args, grad_out, tol=1e-5)
 
 

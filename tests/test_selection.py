@@ -116,3 +116,41 @@ def test_failed_measurement_keeps_unfused(measured, monkeypatch):
     monkeypatch.setattr(selection, "_measure", broken)
     choice = selection.choose(CUDA_SITE, config)
     assert not choice.fused and "measurement failed" in choice.reason
+
+
+ATTENTION_SITE = selection.AttentionSite(batch=768, q_len=512, kv_len=128, heads=4, head_dim=128,
+                                         dtype=torch.bfloat16, device=torch.device("cuda", 0), activation="silu",
+                                         has_ln_weight=True, has_ln_bias=True, has_rms_weight=True, train=True)
+
+
+@pytest.mark.parametrize("compiled_ms, fused", [(6.9, True), (5.0, False), (None, False)])
+def test_attention_site_falls_back_on_the_compiled_block(monkeypatch, tmp_path, compiled_ms, fused):
+    """Where the fused op loses to the block's lower bound, the block compiled by torch.compile decides (the
+    recommendation block's training numbers of 2026-11-30); a failed child process keeps the unfused path."""
+    monkeypatch.setattr(selection, "_attention_kernel_reason", lambda site: None)
+    monkeypatch.setattr(selection, "_key", lambda site: "attention")
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(selection, "_measure_attention",
+                        lambda site: {"fused_ms": 4.86, "attention_ms": 2.93, "copy_ms": 0.19})
+    children = []
+
+    def child(site):
+        children.append(site)
+        if compiled_ms is None:
+            raise RuntimeError("child process failed")
+        return {"fused_ms": 4.86, "compiled_ms": compiled_ms}
+
+    monkeypatch.setattr(selection, "_measure_compiled_block", child)
+    choice = selection.choose_attention(ATTENTION_SITE, NormFusionConfig(cache_dir=str(tmp_path)))
+    assert choice.fused == fused and children == [ATTENTION_SITE]
+    assert "lower bound" in choice.reason and ("compiled" in choice.reason)
+
+
+def test_attention_site_won_on_the_bound_needs_no_child(monkeypatch, tmp_path):
+    monkeypatch.setattr(selection, "_attention_kernel_reason", lambda site: None)
+    monkeypatch.setattr(selection, "_key", lambda site: "attention")
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(selection, "_measure_attention",
+                        lambda site: {"fused_ms": 1.0, "attention_ms": 2.0, "copy_ms": 0.2})
+    monkeypatch.setattr(selection, "_measure_compiled_block", lambda site: pytest.fail("child process started"))
+    assert selection.choose_attention(ATTENTION_SITE, NormFusionConfig(cache_dir=str(tmp_path))).fused

@@ -1,5 +1,5 @@
-"""FlashNormAttention: LayerNorm → attention per head → residual → RMSNorm → residual in one kernel, forward and
-backward (design.md §1.5).
+"""FlashNormAttention: LayerNorm → attention per head → residual → RMSNorm → residual, forward and backward
+(design.md §1.5), in three kernels forward and four backward, none of which writes q̂ or a.
 
 Rows q [T, H·D] of B sequences (jagged: sequence b owns rows offsets[b] .. offsets[b+1]; a dense batch is the
 uniform case), keys and values k, v [B, L, H·D] (any L: every kernel walks the keys in BLOCK_N blocks, the
@@ -11,27 +11,35 @@ softmax online):
     x   = a + q̂
     out = x · rrms · w + q,   rrms = rsqrt(mean(x²) + eps)   over the whole H·D row
 
-q̂, a and x are rounded to the input dtype where eager rounds them, so the kernel computes what the eager block
-computes, without writing q̂, a or x to memory.
+q̂, a and x are rounded to the input dtype where eager rounds them, so the kernels compute what the eager block
+computes; q̂ and a never go to memory.
 
-Forward: a program owns BLOCK_M rows of one sequence and loops over the heads (H is small), so both norms see
-whole rows and no program waits for another. The x of every head is stored into ``out`` (the program's own rows,
-hot in L2) and rescaled by a second sweep once rrms is known: x of all heads does not fit in registers.
+Five row-parallel or head-parallel kernels, none of which waits for another's programs:
 
-Backward, from q, k, v and the saved mean, rstd, rrms (and the log-sum-exp for softmax); the rest is recomputed:
+    forward   1. _ln_stats_kernel     per row block (all heads): mean, rstd
+              2. _attention_kernel    per (row block, sequence, head): q̂ → a → x stored, Σ_head x², lse
+              3. _rms_out_kernel      per row block: rrms from the heads' Σx², out = x·rrms·w + q
+    backward  1. _rms_backward_kernel per row block: dx, Δ, dw partials
+              2. _dq_hat_kernel       per (row block, sequence, head): dq̂ = dx + Σ dS K
+              3. _dkdv_kernel         per (KV block, sequence·head), a loop over the sequence's row blocks
+              4. _ln_backward_kernel  per row block: dq from dq̂, in place; dγ, dβ partials
+
+The two norms are row-wide (all heads), the attention per head. One program per (rows, head) keeps each program
+short (the first version looped over the heads in one program: 255 registers, spills, latency-bound at 1.4 ms
+for the reference forward); the norms' cross-head sums go through [T, H] partials and the row kernels. x is
+written once by the forward (the RMSNorm needs all heads of it) and kept for the backward, which therefore
+never recomputes the attention of the forward.
+
+Backward, from q, k, v, x and the saved mean, rstd, rrms (and the log-sum-exp for softmax):
 
     dx   = rrms·(g·w) − x·rrms³·mean(g·w·x)                g = dout (out = y + q also gives dq a g)
     dq̂   = dx + Σ_kv dS K                                  x = a + q̂, S = q̂_h K_hᵀ
     GDPA:    dV = s·act(S)ᵀ dx,  dS = s·(dx Vᵀ)·act'(S)
-    softmax: P = exp(s·S − lse),  dV = Pᵀ dx,  dS = s·P·(dx Vᵀ − Δ),  Δ = rowsum(dx·a)
+    softmax: P = exp(s·S − lse),  dV = Pᵀ dx,  dS = s·P·(dx Vᵀ − Δ),  Δ = rowsum(dx·a),  a = x − q̂
     dK   = dSᵀ q̂
     dq   = g + rstd·(dq̂·γ − mean(dq̂·γ) − q̂n·mean(dq̂·γ·q̂n)),   q̂n = (q − μ)·rstd
     dγ = Σ_rows dq̂·q̂n,  dβ = Σ_rows dq̂,  dw = Σ_rows g·x·rrms   (per-program partials, summed on the host:
     deterministic)
-
-Two kernels: ``_dq_kernel`` per row block (both norms' backward are row-wide, so it owns all heads of its rows)
-writes dx and Δ; ``_dkdv_kernel`` per (sequence, head, KV block) loops over the sequence's row blocks and reads
-them.
 """
 
 from __future__ import annotations
@@ -136,30 +144,6 @@ def _store_rows(ptr, row0, local, ok, col0, stride, value, D: tl.constexpr):
 
 
 @triton.jit
-def _load_own_rows(ptr, row0, local, ok, col0, stride, D: tl.constexpr):
-    """Rows this program stored itself (the x / dq̂ scratch): plain loads, since TMA reads through the async proxy
-    and would need a proxy fence to see them."""
-    rows = (row0 + local).to(tl.int64)
-    return tl.load(ptr + rows[:, None] * stride + col0 + tl.arange(0, D)[None, :], mask=ok[:, None],
-                   other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _layer_norm_stats(q_src, row0, local, row_ok, stride_q, eps, H: tl.constexpr, D: tl.constexpr,
-                      TMA: tl.constexpr):
-    """Mean and rstd over all heads of each row (two passes; the second reads from L1/L2)."""
-    total = tl.zeros([local.shape[0]], tl.float32)
-    for h in tl.static_range(H):
-        total += tl.sum(_load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32), axis=1)
-    mean = total / (H * D)
-    m2 = tl.zeros([local.shape[0]], tl.float32)
-    for h in tl.static_range(H):
-        c = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32) - mean[:, None]
-        m2 += tl.sum(tl.where(row_ok[:, None], c * c, 0.0), axis=1)
-    return mean, tl.rsqrt(m2 / (H * D) + eps)
-
-
-@triton.jit
 def _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D: tl.constexpr,
                   HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr, TMA: tl.constexpr):
     """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to the input dtype) of head h."""
@@ -227,146 +211,210 @@ def _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_
 
 
 @triton.jit
-def _forward_kernel(q_ptr, k_ptr, v_ptr, out_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr, rms_w_ptr,
-                    mean_ptr, rstd_ptr, rrms_ptr, lse_ptr,
-                    num_rows, num_seqs, stride_q, stride_o, stride_kb, stride_kl, stride_vb, stride_vl,
-                    kv_len, scale, ln_eps, rms_eps,
-                    H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-                    HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    TMA: tl.constexpr):
-    b = tl.program_id(1)
-    row0, local, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
-    if tl.max(row_ok.to(tl.int32), axis=0) == 0:
-        return
-    rows = (row0 + local).to(tl.int64)
-    q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
-    k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
-    v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
-    mean, rstd = _layer_norm_stats(q_src, row0, local, row_ok, stride_q, ln_eps, H, D, TMA)
-
-    sum_x2 = tl.zeros([BLOCK_M], tl.float32)
-    for h in tl.static_range(H):
-        x, lse = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
-                         kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
-        sum_x2 += tl.sum(x.to(tl.float32) * x.to(tl.float32), axis=1)
-        _store_rows(out_ptr, row0, local, row_ok, h * D, stride_o, x, D)
-        if ACT == 0:
-            tl.store(lse_ptr + rows * H + h, lse, mask=row_ok)
-    rrms = tl.rsqrt(sum_x2 / (H * D) + rms_eps)
-    tl.debug_barrier()  # the x tiles were stored by other threads of this program
-
-    for h in tl.static_range(H):
-        y = _load_own_rows(out_ptr, row0, local, row_ok, h * D, stride_o, D) * rrms[:, None]
-        if HAS_RMS_W:
-            y = y * tl.load(rms_w_ptr + h * D + tl.arange(0, D)).to(tl.float32)[None, :]
-        q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
-        out = y.to(q.dtype).to(tl.float32) + q.to(tl.float32)
-        _store_rows(out_ptr, row0, local, row_ok, h * D, stride_o, out.to(q.dtype), D)
-    tl.store(mean_ptr + rows, mean, mask=row_ok)
-    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-    tl.store(rrms_ptr + rows, rrms, mask=row_ok)
+def _row_tile(tile, num_rows, W: tl.constexpr, W_POW2: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Rows tile·BLOCK_R .. + BLOCK_R of a [T, W] row matrix, whole (W_POW2 ≥ W columns): their int64 indices,
+    which rows exist, the columns, and the [BLOCK_R, W_POW2] mask."""
+    rows = (tile * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = tl.arange(0, W_POW2)
+    ok = rows < num_rows
+    return rows, ok, cols, ok[:, None] & (cols[None, :] < W)
 
 
 @triton.jit
-def _dq_kernel(q_ptr, k_ptr, v_ptr, dout_ptr, dq_ptr, dx_ptr, delta_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr, rms_w_ptr,
-               mean_ptr, rstd_ptr, rrms_ptr, lse_ptr, dln_w_part_ptr, dln_b_part_ptr, drms_w_part_ptr,
-               num_rows, num_seqs, stride_q, stride_g, stride_kb, stride_kl, stride_vb, stride_vl,
-               kv_len, scale,
-               H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-               HAS_LN_B: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               TMA: tl.constexpr):
-    """dq (into dq_ptr, also the scratch for x and dq̂ of this program's rows), dx and Δ for the dK/dV kernel, and
-    the column partials of dγ, dβ, dw at row ``part`` of their buffers. dx, dq, q share the row stride."""
+def _load_tile(ptr, rows, stride, cols, mask):
+    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _load_cols(ptr, cols, W: tl.constexpr):
+    return tl.load(ptr + cols, mask=cols < W, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _head_sums(t, H: tl.constexpr, D: tl.constexpr):
+    """[BLOCK_R, W_POW2] → per-head row sums [BLOCK_R, W_POW2 // D] (W_POW2 = next power of two of H·D is a
+    multiple of D, the heads past H sum zeros)."""
+    return tl.sum(tl.reshape(t, [t.shape[0], t.shape[1] // D, D]), axis=2)
+
+
+@triton.jit
+def _ln_stats_kernel(q_ptr, mean_ptr, rstd_ptr, num_rows, stride_q, eps, W: tl.constexpr, W_POW2: tl.constexpr,
+                     BLOCK_R: tl.constexpr):
+    """Forward 1: the LayerNorm's mean and rstd over each whole row (all heads), two passes in registers."""
+    for tile in range(tl.program_id(0), tl.cdiv(num_rows, BLOCK_R), tl.num_programs(0)):
+        rows, ok, cols, mask = _row_tile(tile, num_rows, W, W_POW2, BLOCK_R)
+        q = _load_tile(q_ptr, rows, stride_q, cols, mask).to(tl.float32)
+        mean = tl.sum(q, axis=1) / W
+        c = tl.where(mask, q - mean[:, None], 0.0)
+        tl.store(mean_ptr + rows, mean, mask=ok)
+        tl.store(rstd_ptr + rows, tl.rsqrt(tl.sum(c * c, axis=1) / W + eps), mask=ok)
+
+
+@triton.jit
+def _attention_kernel(q_ptr, k_ptr, v_ptr, x_ptr, lse_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr, mean_ptr, rstd_ptr,
+                      num_rows, num_seqs, stride_q, stride_x, stride_kb, stride_kl, stride_vb, stride_vl,
+                      kv_len, scale,
+                      H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
+                      HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+    """Forward 2, per (row block, sequence, head): q̂ from q and the row statistics (the LayerNorm prologue),
+    x = a + q̂ stored, and the log-sum-exp ([T, H] fp32)."""
     b = tl.program_id(1)
-    part = b * tl.num_programs(0) + tl.program_id(0)
+    h = tl.program_id(2)
     row0, local, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
     if tl.max(row_ok.to(tl.int32), axis=0) == 0:
         return
     rows = (row0 + local).to(tl.int64)
-    cols = tl.arange(0, D)
     q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
-    g_src = _rows(dout_ptr, num_rows, stride_g, BLOCK_M, H * D, D, TMA)
     k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
     v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
     mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
     rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-    rrms = tl.load(rrms_ptr + rows, mask=row_ok, other=0.0)
+    x, lse = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
+                     kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
+    _store_rows(x_ptr, row0, local, row_ok, h * D, stride_x, x, D)
+    if ACT == 0:
+        tl.store(lse_ptr + rows * H + h, lse, mask=row_ok)
 
-    # 1. recompute x of every head (into the dq scratch) and mean(g·w·x) over the row
-    gwx = tl.zeros([BLOCK_M], tl.float32)
-    for h in tl.static_range(H):
-        x, lse_h = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
-                           kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
-        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, x, D)
-        gw = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
+
+@triton.jit
+def _rms_out_kernel(x_ptr, q_ptr, out_ptr, rrms_ptr, rms_w_ptr, num_rows, stride_x, stride_q, stride_o, eps,
+                    W: tl.constexpr, W_POW2: tl.constexpr, HAS_RMS_W: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Forward 3, the RMSNorm epilogue over whole rows: out = x·rrms·w + q (y rounded as eager rounds it)."""
+    for tile in range(tl.program_id(0), tl.cdiv(num_rows, BLOCK_R), tl.num_programs(0)):
+        rows, ok, cols, mask = _row_tile(tile, num_rows, W, W_POW2, BLOCK_R)
+        x = _load_tile(x_ptr, rows, stride_x, cols, mask).to(tl.float32)
+        rrms = tl.rsqrt(tl.sum(x * x, axis=1) / W + eps)
+        tl.store(rrms_ptr + rows, rrms, mask=ok)
+        y = x * rrms[:, None]
         if HAS_RMS_W:
-            gw = gw * tl.load(rms_w_ptr + h * D + cols).to(tl.float32)[None, :]
-        gwx += tl.sum(gw * x.to(tl.float32), axis=1)
-    gwx = gwx / (H * D)
-    tl.debug_barrier()
+            y = y * _load_cols(rms_w_ptr, cols, W)[None, :]
+        q = _load_tile(q_ptr, rows, stride_q, cols, mask)
+        out = y.to(q.dtype).to(tl.float32) + q.to(tl.float32)
+        tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :], out.to(q.dtype), mask=mask)
 
-    # 2. per head: dx (RMSNorm backward), then dq̂ = dx + dS K (into the scratch), LayerNorm-backward row sums
-    sum_g = tl.zeros([BLOCK_M], tl.float32)
-    sum_gq = tl.zeros([BLOCK_M], tl.float32)
-    for h in tl.static_range(H):
-        head_cols = h * D + cols
-        x = _load_own_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, D)
-        g = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
+
+@triton.jit
+def _rms_backward_kernel(g_ptr, x_ptr, q_ptr, dx_ptr, delta_ptr, drms_w_part_ptr, rrms_ptr, mean_ptr, rstd_ptr,
+                         ln_w_ptr, ln_b_ptr, rms_w_ptr, num_rows, stride_g, stride_x, stride_q,
+                         H: tl.constexpr, D: tl.constexpr, W: tl.constexpr, W_POW2: tl.constexpr,
+                         ACT: tl.constexpr, HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr,
+                         HAS_RMS_W: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Backward 1, the RMSNorm's backward over whole rows: dx = rrms·(g·w) − x·rrms³·mean(g·w·x) into dx_ptr
+    (rows like q), dw's column partials at row ``program`` of their buffer, and for softmax Δ = rowsum(dx·a) per
+    head with a = x − q̂ (W = H·D)."""
+    cols = tl.arange(0, W_POW2)
+    drms_w = tl.zeros([BLOCK_R, W_POW2], tl.float32)  # summed over the rows once, after the loop
+    if HAS_RMS_W:
+        rms_w = _load_cols(rms_w_ptr, cols, W)
+    for tile in range(tl.program_id(0), tl.cdiv(num_rows, BLOCK_R), tl.num_programs(0)):
+        rows, ok, cols, mask = _row_tile(tile, num_rows, W, W_POW2, BLOCK_R)
+        g = _load_tile(g_ptr, rows, stride_g, cols, mask).to(tl.float32)
+        x = _load_tile(x_ptr, rows, stride_x, cols, mask).to(tl.float32)
+        rrms = tl.load(rrms_ptr + rows, mask=ok, other=0.0)
         gw = g
         if HAS_RMS_W:
-            gw = g * tl.load(rms_w_ptr + head_cols).to(tl.float32)[None, :]
-            tl.store(drms_w_part_ptr + part * (H * D) + head_cols, tl.sum(g * x * rrms[:, None], axis=0))
-        dx = rrms[:, None] * gw - x * (rrms * rrms * rrms * gwx)[:, None]
-        dx = dx.to(dx_ptr.dtype.element_ty)
-        _store_rows(dx_ptr, row0, local, row_ok, h * D, stride_q, dx, D)
-
-        q_norm_h, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
-                                 HAS_LN_W, HAS_LN_B, TMA)
-        delta = tl.sum(dx.to(tl.float32) * (x - q_hat.to(tl.float32)), axis=1)  # rowsum(dx·a), a = x − q̂
+            gw = g * rms_w[None, :]
+            drms_w += g * x * rrms[:, None]
+        gwx = tl.sum(gw * x, axis=1) / W
+        dx = (rrms[:, None] * gw - x * (rrms * rrms * rrms * gwx)[:, None]).to(dx_ptr.dtype.element_ty)
+        tl.store(dx_ptr + rows[:, None] * stride_q + cols[None, :], dx, mask=mask)
         if ACT == 0:
-            tl.store(delta_ptr + rows * H + h, delta, mask=row_ok)
-            lse = tl.load(lse_ptr + rows * H + h, mask=row_ok, other=0.0)
-        dq_hat = dx.to(tl.float32)
-        for n0 in range(0, kv_len, BLOCK_N):
-            k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, h * D, stride_kl, stride_vl, kv_len, BLOCK_N, D,
-                                    TMA)
-            s = tl.dot(q_hat, tl.trans(k))
-            dp = tl.dot(dx, tl.trans(v))
-            if ACT == 0:
-                p = tl.exp2((s * scale - lse[:, None]) * 1.4426950408889634)
-                ds = tl.where(kv_ok[None, :], p * (dp - delta[:, None]) * scale, 0.0)
-            else:
-                ds = tl.where(kv_ok[None, :], scale * dp * _activation_grad(s, ACT), 0.0)
-            dq_hat = tl.dot(ds.to(k.dtype), k, dq_hat)
-        dq_hat = dq_hat.to(q_hat.dtype).to(tl.float32)  # eager's gradient of q̂ is a tensor of the input dtype
-        # q̂n again from q (an L1/L2 hit) rather than kept live through the KV loop's dots: registers are the limit
-        q_norm = (_load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA).to(tl.float32) - mean[:, None]) \
-            * rstd[:, None]
-        if HAS_LN_W:
-            tl.store(dln_w_part_ptr + part * (H * D) + head_cols, tl.sum(dq_hat * q_norm, axis=0))
-            g_ln = dq_hat * tl.load(ln_w_ptr + head_cols).to(tl.float32)[None, :]
-        else:
-            g_ln = dq_hat
-        if HAS_LN_B:
-            tl.store(dln_b_part_ptr + part * (H * D) + head_cols, tl.sum(dq_hat, axis=0))
-        sum_g += tl.sum(g_ln, axis=1)
-        sum_gq += tl.sum(g_ln * q_norm, axis=1)
-        tl.debug_barrier()  # every thread has read x of this head before dq̂ overwrites it
-        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, dq_hat.to(q_hat.dtype), D)
-    mean_g = sum_g / (H * D)
-    mean_gq = sum_gq / (H * D)
-    tl.debug_barrier()
+            q_hat = _normalize_rows(q_ptr, rows, ok, stride_q, cols, mask, mean_ptr, rstd_ptr, ln_w_ptr, ln_b_ptr, W,
+                                    HAS_LN_W, HAS_LN_B)[1]
+            delta = _head_sums(dx.to(tl.float32) * (x - q_hat.to(tl.float32)), H, D)
+            heads = tl.arange(0, W_POW2 // D)
+            tl.store(delta_ptr + rows[:, None] * H + heads[None, :], delta, mask=ok[:, None] & (heads[None, :] < H))
+    if HAS_RMS_W:
+        tl.store(drms_w_part_ptr + tl.program_id(0) * W + cols, tl.sum(drms_w, axis=0), mask=cols < W)
 
-    # 3. dq = g + rstd·(dq̂·γ − mean(dq̂·γ) − q̂n·mean(dq̂·γ·q̂n))
-    for h in tl.static_range(H):
-        dq_hat = _load_own_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, D)
+
+@triton.jit
+def _normalize_rows(q_ptr, rows, ok, stride_q, cols, mask, mean_ptr, rstd_ptr, ln_w_ptr, ln_b_ptr, W: tl.constexpr,
+                    HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr):
+    """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to the input dtype, rstd) of whole rows."""
+    q = _load_tile(q_ptr, rows, stride_q, cols, mask)
+    mean = tl.load(mean_ptr + rows, mask=ok, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=ok, other=0.0)
+    q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
+    q_hat = q_norm
+    if HAS_LN_W:
+        q_hat = q_hat * _load_cols(ln_w_ptr, cols, W)[None, :]
+    if HAS_LN_B:
+        q_hat = q_hat + _load_cols(ln_b_ptr, cols, W)[None, :]
+    return q_norm, q_hat.to(q.dtype), rstd
+
+
+@triton.jit
+def _dq_hat_kernel(q_ptr, k_ptr, v_ptr, dx_ptr, dq_hat_ptr, delta_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr,
+                   mean_ptr, rstd_ptr, lse_ptr,
+                   num_rows, num_seqs, stride_q, stride_kb, stride_kl, stride_vb, stride_vl, kv_len, scale,
+                   H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
+                   HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+    """Backward 2, per (row block, sequence, head): dq̂ = dx + Σ_kv dS K (x = a + q̂), rounded to the input dtype
+    as eager's gradient of q̂ is, into dq_hat_ptr (rows like q)."""
+    b = tl.program_id(1)
+    h = tl.program_id(2)
+    row0, local, row_ok = _row_block(offsets_ptr, b, tl.program_id(0) * BLOCK_M, BLOCK_M)
+    if tl.max(row_ok.to(tl.int32), axis=0) == 0:
+        return
+    rows = (row0 + local).to(tl.int64)
+    q_src = _rows(q_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    dx_src = _rows(dx_ptr, num_rows, stride_q, BLOCK_M, H * D, D, TMA)
+    k_src, kv_row0 = _kv_source(k_ptr, b, kv_len, num_seqs, stride_kb, stride_kl, BLOCK_N, H * D, D, TMA)
+    v_src, v_row0 = _kv_source(v_ptr, b, kv_len, num_seqs, stride_vb, stride_vl, BLOCK_N, H * D, D, TMA)
+    mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+    q_norm, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
+                                  HAS_LN_W, HAS_LN_B, TMA)
+    dx = _load(dx_src, row0, local, row_ok, h * D, stride_q, D, TMA)
+    if ACT == 0:
+        lse = tl.load(lse_ptr + rows * H + h, mask=row_ok, other=0.0)
+        delta = tl.load(delta_ptr + rows * H + h, mask=row_ok, other=0.0)
+    dq_hat = dx.to(tl.float32)
+    for n0 in range(0, kv_len, BLOCK_N):
+        k, v, kv_ok = _kv_block(k_src, v_src, kv_row0, n0, h * D, stride_kl, stride_vl, kv_len, BLOCK_N, D, TMA)
+        s = tl.dot(q_hat, tl.trans(k))
+        dp = tl.dot(dx, tl.trans(v))
+        if ACT == 0:
+            p = tl.exp2((s * scale - lse[:, None]) * 1.4426950408889634)
+            ds = tl.where(kv_ok[None, :], p * (dp - delta[:, None]) * scale, 0.0)
+        else:
+            ds = tl.where(kv_ok[None, :], scale * dp * _activation_grad(s, ACT), 0.0)
+        dq_hat = tl.dot(ds.to(k.dtype), k, dq_hat)
+    _store_rows(dq_hat_ptr, row0, local, row_ok, h * D, stride_q, dq_hat.to(q_hat.dtype), D)
+
+
+@triton.jit
+def _ln_backward_kernel(dq_ptr, q_ptr, g_ptr, mean_ptr, rstd_ptr, ln_w_ptr, dln_w_part_ptr, dln_b_part_ptr,
+                        num_rows, stride_q, stride_g, W: tl.constexpr, W_POW2: tl.constexpr, HAS_LN_W: tl.constexpr,
+                        HAS_LN_B: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Backward 4, the LayerNorm's backward over whole rows, in place: dq_ptr holds dq̂ and receives
+    dq = g + rstd·(dq̂·γ − mean(dq̂·γ) − q̂n·mean(dq̂·γ·q̂n)); dγ, dβ column partials at row ``program``."""
+    cols = tl.arange(0, W_POW2)
+    dln_w = tl.zeros([BLOCK_R, W_POW2], tl.float32)  # summed over the rows once, after the loop
+    dln_b = tl.zeros([BLOCK_R, W_POW2], tl.float32)
+    if HAS_LN_W:
+        ln_w = _load_cols(ln_w_ptr, cols, W)
+    for tile in range(tl.program_id(0), tl.cdiv(num_rows, BLOCK_R), tl.num_programs(0)):
+        rows, ok, cols, mask = _row_tile(tile, num_rows, W, W_POW2, BLOCK_R)
+        dq_hat = _load_tile(dq_ptr, rows, stride_q, cols, mask).to(tl.float32)
+        q_norm, _, rstd = _normalize_rows(q_ptr, rows, ok, stride_q, cols, mask, mean_ptr, rstd_ptr, None, None, W,
+                                          False, False)
+        g_ln = dq_hat
         if HAS_LN_W:
-            dq_hat = dq_hat * tl.load(ln_w_ptr + h * D + cols).to(tl.float32)[None, :]
-        q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
-        q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
-        g = _load(g_src, row0, local, row_ok, h * D, stride_g, D, TMA).to(tl.float32)
-        dq = g + rstd[:, None] * (dq_hat - mean_g[:, None] - q_norm * mean_gq[:, None])
-        _store_rows(dq_ptr, row0, local, row_ok, h * D, stride_q, dq.to(q.dtype), D)
+            dln_w += dq_hat * q_norm
+            g_ln = dq_hat * ln_w[None, :]
+        if HAS_LN_B:
+            dln_b += dq_hat
+        mean_g = tl.sum(g_ln, axis=1) / W
+        mean_gq = tl.sum(g_ln * q_norm, axis=1) / W
+        g = _load_tile(g_ptr, rows, stride_g, cols, mask).to(tl.float32)
+        dq = g + rstd[:, None] * (g_ln - mean_g[:, None] - q_norm * mean_gq[:, None])
+        tl.store(dq_ptr + rows[:, None] * stride_q + cols[None, :], dq.to(dq_ptr.dtype.element_ty), mask=mask)
+    if HAS_LN_W:
+        tl.store(dln_w_part_ptr + tl.program_id(0) * W + cols, tl.sum(dln_w, axis=0), mask=cols < W)
+    if HAS_LN_B:
+        tl.store(dln_b_part_ptr + tl.program_id(0) * W + cols, tl.sum(dln_b, axis=0), mask=cols < W)
 
 
 @triton.jit
@@ -442,11 +490,34 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
 
 
 def default_config(kv_len: int, head_dim: int, kernel: str = "forward") -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a kernel when none is given. Measured on the H200 at the
-    reference shape (benchmarks/results/attention-configs-*.log): 32-row blocks ran the forward and dq kernels
-    fastest (the kernels are latency-bound: more resident programs help), 64-row blocks the dK/dV one."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
+    "dkdv") when none is given."""
     block_n = max(16, min(128 if head_dim <= 64 else 64, triton.next_power_of_2(kv_len)))
-    return (64 if kernel == "dkdv" else 32), block_n, 4, 2
+    return 64, block_n, 4, 2
+
+
+# The row kernels (the two norms and their backward) hold BLOCK_R whole rows (all heads, ROW_ELEMENTS elements)
+# per step, in a grid-stride loop over at most ROW_PROGRAMS_PER_SM programs per SM: few programs, so few rows of
+# column partials (dγ, dβ, dw) to sum. Measured on the H200 at the reference shape (H = 4, max 1024, 2026-11-30,
+# BENCHMARKS.md): 4096 elements, 4 warps, 16 programs per SM beat 8192/8 warps (1.6× slower backward row
+# kernels) and one tile per program (a larger partial sum).
+ROW_ELEMENTS = 4096
+ROW_WARPS = 4
+ROW_PROGRAMS_PER_SM = 16
+
+
+def _row_launch(num_rows: int, width: int, device: torch.device) -> tuple[tuple[int], dict]:
+    """(grid, launch options) of a row kernel over [num_rows, width]."""
+    w_pow2 = triton.next_power_of_2(width)
+    block_r = max(1, min(64, ROW_ELEMENTS // w_pow2))
+    tiles = triton.cdiv(num_rows, block_r)
+    if device.type == "cuda":
+        from .norm_gemm import _num_sms
+
+        programs = min(tiles, ROW_PROGRAMS_PER_SM * _num_sms(device.index or 0))
+    else:  # the interpreter: a few programs, each looping over several tiles
+        block_r, programs = 16, min(triton.cdiv(num_rows, 16), 3)
+    return (max(programs, 1),), dict(W=width, W_POW2=w_pow2, BLOCK_R=block_r, num_warps=ROW_WARPS)
 
 
 def _launch_options(config, tma: bool):
@@ -484,62 +555,79 @@ def _use_tma(tma: Optional[bool], rows: list, kv: list) -> bool:
 def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
             ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
             activation: str, ln_eps: float, rms_eps: float, config=None, tma: Optional[bool] = None
-            ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """out [T, H·D], mean, rstd, rrms [T] fp32, lse [T, H] fp32 (softmax; else empty). ``tma``: read through
-    tensor descriptors (None: TMA_BY_DEFAULT, where the operands allow)."""
+            ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """out [T, H·D], mean, rstd, rrms [T] fp32, lse [T, H] fp32 (softmax; else empty), x [T, H·D] (what the
+    backward reads). ``config``: the attention kernel's; ``tma``: read through tensor descriptors (None:
+    TMA_BY_DEFAULT, where the operands allow)."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
+    head_dim = width // heads
     act = ACTIVATIONS[activation]
-    out = torch.empty_like(q)
+    out, x = torch.empty_like(q), torch.empty_like(q)
     mean, rstd, rrms = (torch.empty(T, device=q.device, dtype=torch.float32) for _ in range(3))
     lse = torch.empty(T if act == 0 else 0, heads, device=q.device, dtype=torch.float32)
-    config = config or default_config(kv_len, width // heads)
+    if T == 0:
+        return out, mean, rstd, rrms, lse, x
+    config = config or default_config(kv_len, head_dim)
     tma = _use_tma(tma, [q], [k, v])
-    grid = (triton.cdiv(max_len, config[0]), B)
-    _forward_kernel[grid](q, k, v, out, offsets, ln_weight, ln_bias, rms_weight, mean, rstd, rrms, lse,
-                          T, B, q.stride(0), out.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                          kv_len, scale, ln_eps, rms_eps,
-                          H=heads, D=width // heads, ACT=act, HAS_LN_W=ln_weight is not None,
-                          HAS_LN_B=ln_bias is not None, HAS_RMS_W=rms_weight is not None,
-                          **_launch_options(config, tma))
-    return out, mean, rstd, rrms, lse
+    row_grid, rows = _row_launch(T, width, q.device)
+    _ln_stats_kernel[row_grid](q, mean, rstd, T, q.stride(0), ln_eps, **rows)
+    _attention_kernel[(triton.cdiv(max_len, config[0]), B, heads)](
+        q, k, v, x, lse, offsets, ln_weight, ln_bias, mean, rstd,
+        T, B, q.stride(0), x.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale,
+        H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None,
+        **_launch_options(config, tma))
+    _rms_out_kernel[row_grid](x, q, out, rrms, rms_weight, T, x.stride(0), q.stride(0), out.stride(0), rms_eps,
+                              HAS_RMS_W=rms_weight is not None, **rows)
+    return out, mean, rstd, rrms, lse, x
 
 
 def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
              ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
-             activation: str, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, dq_config=None,
+             activation: str, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor, dq_config=None,
              dkdv_config=None, tma: Optional[bool] = None):
     """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
     head_dim = width // heads
     act = ACTIVATIONS[activation]
-    q = q.contiguous()
-    grad_out = grad_out.contiguous()
-    dq = torch.empty_like(q)
+    q, x, grad_out = q.contiguous(), x.contiguous(), grad_out.contiguous()
+    dq = torch.empty_like(q)  # holds dq̂ until the LayerNorm backward turns it into dq in place
     dx = torch.empty_like(q)
     delta = torch.empty_like(lse)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-    dq_config = dq_config or default_config(kv_len, head_dim, "dq")
-    dkdv_config = dkdv_config or default_config(kv_len, head_dim, "dkdv")
-    m_blocks = triton.cdiv(max_len, dq_config[0])
-    tma = _use_tma(tma, [q, grad_out, dx], [k, v])
+    row_grid, rows = _row_launch(T, width, q.device)
 
-    def partials(weight):
-        return None if weight is None else torch.zeros(B * m_blocks, width, device=q.device, dtype=torch.float32)
+    def partials(weight):  # every row program writes its row
+        return None if weight is None else torch.empty(row_grid[0], width, device=q.device, dtype=torch.float32)
 
     dln_w, dln_b, drms_w = partials(ln_weight), partials(ln_bias), partials(rms_weight)
-    flags = dict(H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None)
-    _dq_kernel[(m_blocks, B)](q, k, v, grad_out, dq, dx, delta, offsets, ln_weight, ln_bias, rms_weight,
-                              mean, rstd, rrms, lse, dln_w, dln_b, drms_w,
-                              T, B, q.stride(0), grad_out.stride(0), k.stride(0), k.stride(1), v.stride(0),
-                              v.stride(1), kv_len, scale, HAS_RMS_W=rms_weight is not None, **flags,
-                              **_launch_options(dq_config, tma))
-    _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
-        q, k, v, dk, dv, dx, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
-        T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, **flags,
-        **_launch_options(dkdv_config, tma))
+    if T == 0:
+        dk.zero_(), dv.zero_()
+        for p in (dln_w, dln_b, drms_w):
+            if p is not None:
+                p.zero_()
+    else:
+        dq_config = dq_config or default_config(kv_len, head_dim, "dq")
+        dkdv_config = dkdv_config or default_config(kv_len, head_dim, "dkdv")
+        tma = _use_tma(tma, [q, grad_out, dx], [k, v])
+        flags = dict(H=heads, D=head_dim, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None)
+        _rms_backward_kernel[row_grid](
+            grad_out, x, q, dx, delta, drms_w, rrms, mean, rstd, ln_weight, ln_bias, rms_weight,
+            T, grad_out.stride(0), x.stride(0), q.stride(0), ACT=act, HAS_RMS_W=rms_weight is not None, **flags,
+            **rows)
+        _dq_hat_kernel[(triton.cdiv(max_len, dq_config[0]), B, heads)](
+            q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
+            T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act, **flags,
+            **_launch_options(dq_config, tma))
+        _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
+            q, k, v, dk, dv, dx, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
+            T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act, **flags,
+            **_launch_options(dkdv_config, tma))
+        _ln_backward_kernel[row_grid](dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
+                                      T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
+                                      HAS_LN_B=ln_bias is not None, **rows)
 
     def finish(part, weight):
         return None if part is None else part.sum(0).to(weight.dtype)

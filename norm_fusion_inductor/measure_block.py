@@ -1,0 +1,61 @@
+"""The unfused norm → attention → norm block compiled by torch.compile (default mode) against the fused op, timed
+side by side at one site's shape: what the selection runs, in a child process, when the fused op does not beat
+the block's lower bound (selection.choose_attention).
+
+A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can time inside a
+compilation; in training it read 1.7x below the real compiled block on the H200 (recommendation block, silu,
+768x512, 2026-11-30: bound 3.98 ms, torch.compile 6.90 ms, fused 4.86 ms), so a site that fusing wins by 1.4x
+stayed unfused. The compiled block is the honest alternative, but torch.compile cannot run inside the
+compilation that asks (Dynamo holds its compile lock), hence the child process:
+
+    python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
+
+Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings. Output: fused_ms and
+compiled_ms, medians of three interleaved rounds of do_bench (forward, or forward + backward when "train").
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import torch
+
+
+def measure(site: dict) -> dict:
+    from triton.testing import do_bench
+
+    from .attention_ops import flash_norm_attention, norm_attention_block
+
+    dev, dt = torch.device(site["device"]), getattr(torch, site["dtype"].replace("torch.", ""))
+    B, L, Lk, H, D = (site[k] for k in ("batch", "q_len", "kv_len", "heads", "head_dim"))
+    train, act = site["train"], site["activation"]
+    q = torch.randn(B, L, H * D, device=dev, dtype=dt, requires_grad=train)
+    k, v = (torch.randn(B, Lk, H * D, device=dev, dtype=dt, requires_grad=train) for _ in range(2))
+    weights = [(1 + 0.1 * torch.randn(H * D, device=dev)).to(dt).requires_grad_(train) if site[name] else None
+               for name in ("has_ln_weight", "has_ln_bias", "has_rms_weight")]
+    scale = D ** -0.5 if act == "softmax" else 1.0 / Lk
+
+    def block(q, k, v, *w):
+        return norm_attention_block(q, k, v, H, *w, scale, act)
+
+    compiled = torch.compile(block, dynamic=False)
+    fns = {"fused_ms": lambda: flash_norm_attention(q, k, v, H, *weights, scale=scale, activation=act),
+           "compiled_ms": lambda: compiled(q, k, v, *weights)}
+    if train:
+        leaves = [t for t in (q, k, v, *weights) if t is not None]
+        grad = torch.randn_like(q)
+        fns = {name: (lambda f=f: torch.autograd.grad(f(), leaves, grad)) for name, f in fns.items()}
+    for f in fns.values():  # compile and warm up outside the timing
+        f()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(3):
+        for name, f in fns.items():
+            times[name].append(do_bench(f, warmup=5, rep=30, return_mode="median"))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(json.loads(sys.argv[1]))))

@@ -2,11 +2,11 @@
 side by side at one site's shape: what the selection runs, in a child process, when the fused op does not beat
 the block's lower bound (selection.choose_attention).
 
-A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can time inside a
-compilation; in training it read 1.7x below the real compiled block on the H200 (recommendation block, silu,
-768x512, 2026-11-30: bound 3.98 ms, torch.compile 6.90 ms, fused 4.86 ms), so a site that fusing wins by 1.4x
-stayed unfused. The compiled block is the honest alternative, but torch.compile cannot run inside the
-compilation that asks (Dynamo holds its compile lock), hence the child process:
+A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can time inside
+a compilation, and in training it bounds nothing: its attention term runs eager autograd (recommendation block,
+silu, 768x512, H200, 2026-11-30: the "bound" read 3.99 ms, the compiled block 3.88 ms). The compiled block is the
+honest alternative, but torch.compile cannot run inside the compilation that asks (Dynamo holds its compile
+lock), hence the child process:
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 

@@ -46,6 +46,19 @@ def rel_err(out, ref) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
+class LossInside(torch.nn.Module):
+    """A block whose forward returns a scalar loss of its output, so the loss is compiled with it (the first
+    recommendation-block runs computed it eagerly after the compiled block: ~3 ms of the 6.9 ms step on the H200,
+    the same for every compiler)."""
+
+    def __init__(self, block: torch.nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, **inputs):
+        return self.block(**inputs).float().square().mean()
+
+
 def make_step(model, inputs, train: bool):
     hf = "input_ids" in inputs
 
@@ -56,8 +69,9 @@ def make_step(model, inputs, train: bool):
     def train_step():
         for p in model.parameters():
             p.grad = None
-        loss = (model(**inputs, labels=inputs["input_ids"]).loss if hf
-                else model(**inputs).float().square().mean())
+        # the loss inside the compiled model for both kinds (transformers computes it from labels), so that no
+        # compiler's step carries an eager loss pass
+        loss = model(**inputs, labels=inputs["input_ids"]).loss if hf else model(**inputs)
         loss.backward()
         return loss.detach()
 
@@ -96,6 +110,8 @@ def run_case(name: str, spec: dict, train: bool, args) -> dict:
     torch.manual_seed(0)
     if spec["family"] == "recsys":
         model = attention_ops.NormAttentionBlock(spec["hidden"], spec["heads"]).to(device, dtype).train(train)
+        if train:
+            model = LossInside(model)
         inputs = {name: torch.randn(spec["batch"], length, spec["hidden"], device=device, dtype=dtype,
                                     requires_grad=train and name == "q")
                   for name, length in (("q", spec["seq"]), ("k", spec["kv_len"]), ("v", spec["kv_len"]))}

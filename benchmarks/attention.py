@@ -202,6 +202,8 @@ def main():
     p.add_argument("--probe", action="store_true", help="registers/spills of each kernel and config, timed")
     p.add_argument("--tma", action="store_true", help="--configs: the descriptor path too")
     p.add_argument("--breakdown", action="store_true", help="GPU time per kernel of one forward + backward")
+    p.add_argument("--merged", action="store_true",
+                   help="the merged dq̂ + dK/dV backward kernel (kernels.MERGED_DQ_HAT_BY_DEFAULT) for every run")
     p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
                    help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
     args = p.parse_args()
@@ -209,6 +211,11 @@ def main():
         for activation in args.activations:
             probe(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)
         return
+    if args.merged:
+        from norm_fusion_inductor.kernels import norm_attention as kernels
+
+        kernels.MERGED_DQ_HAT_BY_DEFAULT = True
+        print("merged dq̂ + dK/dV backward", flush=True)
     if args.row_launch:
         from norm_fusion_inductor.kernels import norm_attention as kernels
 

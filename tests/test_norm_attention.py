@@ -58,6 +58,27 @@ def test_kernels_match_float64_long_kv(activation, monkeypatch):
 
 
 @interpreter
+@pytest.mark.parametrize("activation", ["softmax", "relu2"])
+def test_merged_backward_matches_float64(activation, monkeypatch):
+    """The merged dq̂ + dK/dV kernel (one program per sequence and head over every key), with a KV length that
+    is not a power of two and rows of several blocks."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", True)
+    calls = []
+    real = norm_attention._dkdv_kernel
+
+    class Recording:  # records the WITH_DQ_HAT of each launch
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append(k["WITH_DQ_HAT"]) or real[grid](*a, **k)
+
+    monkeypatch.setattr(norm_attention, "_dkdv_kernel", Recording())
+    args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
+                                         dtype=torch.float32, seed=21)
+    _check_against_float64(args, grad_out, tol=1e-5)
+    assert calls == [True]
+
+
+@interpreter
 def test_kernels_match_float64_three_heads(monkeypatch):
     """A head count that is not a power of two: the row kernels hold whole rows padded to a power of two and sum
     per-head partials (Δ) over the padded layout."""

@@ -418,14 +418,16 @@ def _ln_backward_kernel(dq_ptr, q_ptr, g_ptr, mean_ptr, rstd_ptr, ln_w_ptr, dln_
 
 
 @triton.jit
-def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets_ptr, ln_w_ptr, ln_b_ptr,
-                 mean_ptr, rstd_ptr, lse_ptr,
+def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, dq_hat_ptr, delta_ptr, offsets_ptr, ln_w_ptr,
+                 ln_b_ptr, mean_ptr, rstd_ptr, lse_ptr,
                  num_rows, num_seqs, stride_q, stride_kb, stride_kl, stride_vb, stride_vl,
                  kv_len, scale,
                  H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-                 HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+                 HAS_LN_B: tl.constexpr, WITH_DQ_HAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 TMA: tl.constexpr):
     """dK, dV of one KV block of one head of one sequence: a loop over the sequence's row blocks. dk, dv are
-    contiguous [B, L, H·D]."""
+    contiguous [B, L, H·D]. WITH_DQ_HAT (the block holds every key, BLOCK_N ≥ kv_len): also dq̂ = dx + dS K of
+    each row block, from the same dS, instead of ``_dq_hat_kernel`` recomputing S and dP."""
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
@@ -458,6 +460,10 @@ def _dkdv_kernel(q_ptr, k_ptr, v_ptr, dk_ptr, dv_ptr, dx_ptr, delta_ptr, offsets
             ds_t = tl.where(row_ok[None, :], scale * dp_t * _activation_grad(s_t, ACT), 0.0)
         dv = tl.dot(p_t.to(dx.dtype), dx, dv)
         dk = tl.dot(ds_t.to(q_hat.dtype), q_hat, dk)
+        if WITH_DQ_HAT:
+            ds_t = tl.where(kv_ok[:, None], ds_t, 0.0)  # keys past kv_len (zero k rows) contribute nothing anyway
+            dq_hat = tl.dot(tl.trans(ds_t.to(k.dtype)), k, dx.to(tl.float32))
+            _store_rows(dq_hat_ptr, row0, local, row_ok, h * D, stride_q, dq_hat.to(q_hat.dtype), D)
     local_kv = tl.arange(0, BLOCK_N)
     _store_rows(dk_ptr, b * kv_len + n0, local_kv, kv_ok, h * D, H * D, dk.to(k.dtype), D)
     _store_rows(dv_ptr, b * kv_len + n0, local_kv, kv_ok, h * D, H * D, dv.to(v.dtype), D)
@@ -491,9 +497,21 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
 
 def default_config(kv_len: int, head_dim: int, kernel: str = "forward") -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
-    "dkdv") when none is given."""
+    "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. Measured on the H200 at the reference
+    shape (BENCHMARKS.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
+    merged kernel's config has not run on a GPU yet."""
+    if kernel == "merged":
+        return 32, max(16, triton.next_power_of_2(kv_len)), 8, 2  # 64 rows spill at D = 128 (ptxas, sm_90)
     block_n = max(16, min(128 if head_dim <= 64 else 64, triton.next_power_of_2(kv_len)))
     return 64, block_n, 4, 2
+
+
+# The merged dq̂ + dK/dV kernel (_dkdv_kernel with WITH_DQ_HAT) saves _dq_hat_kernel's recomputation of S and dP
+# (0.8 of the 2.8 ms backward at the reference shape) but runs B·H programs whose dK/dV tiles cover every key:
+# written after the last device call of 2026-11-30, right in the interpreter and compiled for sm_90 offline, not
+# yet timed — off until `attention.py --breakdown --merged` shows it faster.
+MERGED_DQ_HAT_BY_DEFAULT = False
+MAX_MERGED_KV = 128
 
 
 # The row kernels (the two norms and their backward) hold BLOCK_R whole rows (all heads, ROW_ELEMENTS elements)
@@ -535,8 +553,8 @@ def _tma_ok(rows: list, kv: list) -> bool:
             and all(t.stride(0) == t.shape[1] * t.stride(1) for t in kv))
 
 
-# The descriptor path is right in the interpreter but has not run on a GPU yet (written 2026-11-30 after the last
-# device call): the pointer path, measured and validated on the H200, stays the default until it has.
+# The descriptor path is right on the GPU too (test_descriptor_path_matches_pointer_path, 2026-11-30) but its
+# forward measured slower than the pointer path (BENCHMARKS.md): pointers stay the default.
 TMA_BY_DEFAULT = False
 
 
@@ -585,8 +603,10 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
 def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
              ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
              activation: str, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor, dq_config=None,
-             dkdv_config=None, tma: Optional[bool] = None):
-    """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is."""
+             dkdv_config=None, tma: Optional[bool] = None, merged: Optional[bool] = None, merged_config=None):
+    """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is. ``merged`` (None:
+    MERGED_DQ_HAT_BY_DEFAULT): for KV ≤ MAX_MERGED_KV one dK/dV program per (sequence, head) holds every key and
+    computes dq̂ too."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
     head_dim = width // heads
@@ -617,14 +637,21 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
             grad_out, x, q, dx, delta, drms_w, rrms, mean, rstd, ln_weight, ln_bias, rms_weight,
             T, grad_out.stride(0), x.stride(0), q.stride(0), ACT=act, HAS_RMS_W=rms_weight is not None, **flags,
             **rows)
-        _dq_hat_kernel[(triton.cdiv(max_len, dq_config[0]), B, heads)](
-            q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
-            T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act, **flags,
-            **_launch_options(dq_config, tma))
-        _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
-            q, k, v, dk, dv, dx, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
-            T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act, **flags,
-            **_launch_options(dkdv_config, tma))
+        if merged is None:
+            merged = MERGED_DQ_HAT_BY_DEFAULT
+        common = (q, k, v, dk, dv, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse, T, B, q.stride(0),
+                  k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale)
+        if merged and kv_len <= MAX_MERGED_KV:
+            merged_config = merged_config or default_config(kv_len, head_dim, "merged")
+            _dkdv_kernel[(1, B * heads)](*common, ACT=act, WITH_DQ_HAT=True, **flags,
+                                         **_launch_options(merged_config, tma))
+        else:
+            _dq_hat_kernel[(triton.cdiv(max_len, dq_config[0]), B, heads)](
+                q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
+                T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act,
+                **flags, **_launch_options(dq_config, tma))
+            _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
+                *common, ACT=act, WITH_DQ_HAT=False, **flags, **_launch_options(dkdv_config, tma))
         _ln_backward_kernel[row_grid](dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
                                       T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
                                       HAS_LN_B=ln_bias is not None, **rows)

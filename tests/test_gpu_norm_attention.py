@@ -20,6 +20,18 @@ op = torch.ops.norm_fusion.norm_attention
 @pytest.mark.parametrize("heads,head_dim,kv_len,affine", [(4, 128, 128, True), (2, 64, 200, False),
                                                          (2, 128, 1000, True)])  # long KV: many KV blocks
 def test_matches_float64(dtype, activation, heads, head_dim, kv_len, affine):
+    _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine)
+
+
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+@pytest.mark.parametrize("heads,head_dim,kv_len", [(4, 128, 128), (3, 64, 77)])
+def test_merged_backward_matches_float64(activation, heads, head_dim, kv_len, monkeypatch):
+    """The merged dq̂ + dK/dV kernel (off by default until timed), every key in one block."""
+    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", True)
+    _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
+
+
+def _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine):
     lens = [300, 0, 1, 64, 129, 250, 77, 512]
     args, grad_out = norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cuda",
                                          affine=affine, seed=heads + kv_len)
@@ -31,7 +43,7 @@ def test_matches_float64(dtype, activation, heads, head_dim, kv_len, affine):
     assert not out.isnan().any()
     assert rel_err(out, ref) <= max(1e-2, 1.5 * rel_err(eager, ref)), \
         f"out {rel_err(out, ref):.2e} (eager {rel_err(eager, ref):.2e})"
-    for name, s, r in zip(("mean", "rstd", "rrms", "lse"), stats, ref_stats):
+    for name, s, r in zip(("mean", "rstd", "rrms", "lse", "x"), stats, ref_stats, strict=True):
         if s.numel():
             assert rel_err(s, r) < 1e-2, f"{name} {rel_err(s, r):.2e}"
     for i, (g, r, e) in enumerate(zip(grads, ref_grads, eager_grads)):

@@ -10,8 +10,10 @@ lock), hence the child process:
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
-Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings. Output: fused_ms and
-compiled_ms, medians of three interleaved rounds of do_bench (forward, or forward + backward when "train").
+Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings, and the parent's TF32
+setting (allow_tf32). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench (forward,
+or forward + backward when "train"). Exits non-zero when the fused op would not run its kernels here (its
+reference path must never be timed as "fused").
 """
 
 from __future__ import annotations
@@ -26,13 +28,18 @@ import torch
 def measure(site: dict) -> dict:
     from triton.testing import do_bench
 
-    from .attention_ops import flash_norm_attention, norm_attention_block
+    from .attention_ops import _kernel_reason, flash_norm_attention, norm_attention_block
 
     dev, dt = torch.device(site["device"]), getattr(torch, site["dtype"].replace("torch.", ""))
+    torch.cuda.set_device(dev)  # Triton launches and do_bench time on the current device
+    torch.backends.cuda.matmul.allow_tf32 = site.get("allow_tf32", False)
     B, L, Lk, H, D = (site[k] for k in ("batch", "q_len", "kv_len", "heads", "head_dim"))
     train, act = site["train"], site["activation"]
     q = torch.randn(B, L, H * D, device=dev, dtype=dt, requires_grad=train)
     k, v = (torch.randn(B, Lk, H * D, device=dev, dtype=dt, requires_grad=train) for _ in range(2))
+    reason = _kernel_reason(q.view(B * L, H * D), k, v, H, act)
+    if reason is not None:
+        raise RuntimeError(f"the fused op would run its reference path here: {reason}")
     weights = [(1 + 0.1 * torch.randn(H * D, device=dev)).to(dt).requires_grad_(train) if site[name] else None
                for name in ("has_ln_weight", "has_ln_bias", "has_rms_weight")]
     scale = D ** -0.5 if act == "softmax" else 1.0 / Lk

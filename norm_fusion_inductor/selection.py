@@ -83,9 +83,14 @@ def _key(site) -> str:
     import triton
 
     if isinstance(site, (AttentionSite, QKNormSite)):
-        module = norm_attention if isinstance(site, AttentionSite) else qk_norm_attention
+        if isinstance(site, AttentionSite):  # the child process times the op and the compiled block too
+            from . import attention_ops, measure_block
+
+            sources = "".join(_kernel_source_hash(m) for m in (norm_attention, attention_ops, measure_block))
+        else:
+            sources = _kernel_source_hash(qk_norm_attention)
         return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
-                                          triton.__version__, _kernel_source_hash(module), MEASUREMENT,
+                                          triton.__version__, sources, MEASUREMENT,
                                           type(site).__name__, *dataclasses.astuple(site)))
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
@@ -303,7 +308,10 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     return Choice(False, "unfused", detail)
 
 
-MEASURE_BLOCK_TIMEOUT_S = 600  # compiling the block takes 10-30 s on the H200 machine
+# Compiling the block takes 10-30 s on the H200 machine; a child that fails or times out is not retried by this
+# process (_FAILED), so a broken environment costs one timeout per site, not one per compilation.
+MEASURE_BLOCK_TIMEOUT_S = 180
+_FAILED: dict = {}
 
 
 def _attention_kernel_reason(site: AttentionSite) -> Optional[str]:
@@ -316,19 +324,32 @@ def _attention_kernel_reason(site: AttentionSite) -> Optional[str]:
 
 
 def _measure_compiled_block(site: AttentionSite) -> dict:
-    """``measure_block`` in a child process (Dynamo cannot compile inside the compilation that asks)."""
+    """``measure_block`` in a child process (Dynamo cannot compile inside the compilation that asks); the child
+    sees this process's import path (relative entries made absolute) and TF32 setting, and runs in a neutral
+    directory so that ``-m`` does not import another checkout from the working directory."""
     import subprocess
     import sys
+    import tempfile
 
+    key = _key(site)
+    if key in _FAILED:
+        raise RuntimeError(f"{_FAILED[key]} (earlier in this process; not retried)")
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    fields["allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+    paths = [os.path.abspath(p or ".") for p in sys.path if isinstance(p, str)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run([sys.executable, "-m", "norm_fusion_inductor.measure_block", json.dumps(fields)],
-                          capture_output=True, text=True, timeout=MEASURE_BLOCK_TIMEOUT_S, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"child process failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        done = subprocess.run([sys.executable, "-m", "norm_fusion_inductor.measure_block", json.dumps(fields)],
+                              capture_output=True, text=True, timeout=MEASURE_BLOCK_TIMEOUT_S, env=env,
+                              cwd=tempfile.gettempdir())
+        if done.returncode != 0:
+            raise RuntimeError(f"child process failed: {done.stderr.strip().splitlines()[-1:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except Exception as e:
+        _FAILED[key] = f"{type(e).__name__}: {e}"
+        raise
 
 
 # The attention sites' bound keeps a larger margin than min_speedup (recalibrated to 1.1 on the matmul sites only)

@@ -207,7 +207,20 @@ def test_unsupported_operands_have_reasons():
                                                            2, "softmax")
     huge = torch.empty(2**31 // 32 + 1, 32, device="meta")
     assert "int32" in norm_attention.unsupported_reason(huge, k[..., :32], k[..., :32], 2, "softmax")
+    many = torch.empty(32768, 1, 32, device="meta")  # 32768 sequences × 2 heads: past a CUDA grid axis
+    assert "grid axis" in norm_attention.unsupported_reason(q[:, :32], many, many, 2, "softmax")
     assert norm_attention.unsupported_reason(q[:, :32], k[..., :32], k[..., :32], 2, "softmax") is None
+
+
+@interpreter
+def test_merged_backward_needs_every_key_in_its_block(monkeypatch):
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    args, grad_out = norm_attention_case([5, 9], heads=2, head_dim=16, kv_len=40, activation="softmax",
+                                         dtype=torch.float32, seed=2)
+    eps = dict(ln_eps=args.pop("ln_eps"), rms_eps=args.pop("rms_eps"))
+    outs = norm_attention.forward(**args, **eps)
+    with pytest.raises(ValueError, match="BLOCK_N must be at least kv_len 40"):
+        norm_attention.backward(grad_out, *args.values(), *outs[1:], merged=True, merged_config=(16, 16, 1, 1))
 
 
 # --- the pattern: the eager block in a model, compiled --------------------------------------------------------------

@@ -172,3 +172,17 @@ def test_inference_attention_site_lost_on_the_bound_asks_the_compiled_block(atte
     choice = selection.choose_attention(ATTENTION_SITE, config)
     assert choice.fused and "lower bound" in choice.reason and "compiled" in choice.reason
     assert len(child["sites"]) == 1
+
+
+def test_child_process_failure_is_reported_and_not_retried(monkeypatch):
+    """The real child process, on a machine where it cannot measure (no CUDA here): it starts, imports the package
+    from this process's path in a neutral directory, fails with its own error, and is not started again."""
+    monkeypatch.setattr(selection, "_key", lambda site: "child test")
+    monkeypatch.setattr(selection, "_FAILED", {})
+    site = dataclasses.replace(ATTENTION_SITE, batch=1, q_len=4, kv_len=4, heads=2, head_dim=16,
+                               device=torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="child process failed") as first:
+        selection._measure_compiled_block(site)
+    assert "ModuleNotFoundError" not in str(first.value) and "No module" not in str(first.value)
+    with pytest.raises(RuntimeError, match="not retried"):
+        selection._measure_compiled_block(site)

@@ -133,7 +133,7 @@ def _kv_source(ptr, b, kv_len, num_seqs, stride_b, stride_l, BLOCK_N: tl.constex
     if TMA:
         return _rows(ptr, num_seqs * kv_len, stride_l, BLOCK_N, W, D, TMA), b * kv_len
     else:
-        return ptr + b * stride_b, 0
+        return ptr + b.to(tl.int64) * stride_b, 0  # packed k/v: stride_b may exceed the tensor's own extent
 
 
 @triton.jit
@@ -488,6 +488,8 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
         return f"{heads} heads (the kernel loops over the heads of a row: at most 8)"
     if k.shape[1] < 1:
         return "empty KV"
+    if k.shape[0] * heads >= 65536:
+        return f"{k.shape[0]} sequences × {heads} heads (a CUDA grid axis holds fewer than 65536 programs)"
     if max(q.numel(), k.numel(), v.numel()) >= MAX_ELEMENTS:
         return f"a tensor of {MAX_ELEMENTS} elements or more (int32 offsets)"
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
@@ -643,6 +645,8 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
                   k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale)
         if merged and kv_len <= MAX_MERGED_KV:
             merged_config = merged_config or default_config(kv_len, head_dim, "merged")
+            if merged_config[1] < kv_len:  # one program per (sequence, head) must hold every key
+                raise ValueError(f"merged_config {merged_config}: BLOCK_N must be at least kv_len {kv_len}")
             _dkdv_kernel[(1, B * heads)](*common, ACT=act, WITH_DQ_HAT=True, **flags,
                                          **_launch_options(merged_config, tma))
         else:

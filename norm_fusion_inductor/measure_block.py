@@ -11,7 +11,7 @@ lock), hence the child process:
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
 Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings, and the parent's TF32
-setting (allow_tf32). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench (forward,
+setting (allow_tf32) and max-autotune flag (max_autotune). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench (forward,
 or forward + backward when "train"). Exits non-zero when the fused op would not run its kernels here (its
 reference path must never be timed as "fused").
 """
@@ -47,7 +47,9 @@ def measure(site: dict) -> dict:
     def block(q, k, v, *w):
         return norm_attention_block(q, k, v, H, *w, scale, act)
 
-    compiled = torch.compile(block, dynamic=False)
+    # the mode the asking compilation runs in (its max-autotune flag): that is the block the site would get
+    compiled = torch.compile(block, dynamic=False, mode="max-autotune-no-cudagraphs" if site.get("max_autotune")
+                             else None)
     fns = {"fused_ms": lambda: flash_norm_attention(q, k, v, H, *weights, scale=scale, activation=act),
            "compiled_ms": lambda: compiled(q, k, v, *weights)}
     if train:

@@ -298,7 +298,8 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
             return choice
         before = f"{choice.reason}; then"
     try:
-        t = _cached(site, config, "compiled", _measure_compiled_block)
+        kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
+        t = _cached(site, config, kind, _measure_compiled_block)
     except Exception as e:  # keep the unfused path
         return Choice(False, "unfused", f"{before} the compiled block not measured ({type(e).__name__}: {e})")
     detail = (f"{before} measured fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for the compiled "
@@ -337,6 +338,7 @@ def _measure_compiled_block(site: AttentionSite) -> dict:
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
     fields["allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+    fields["max_autotune"] = bool(torch._inductor.config.max_autotune)  # the asking compilation's mode
     paths = [os.path.abspath(p or ".") for p in sys.path if isinstance(p, str)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     env.pop("TRITON_INTERPRET", None)

@@ -146,15 +146,23 @@ def _store_rows(ptr, row0, local, ok, col0, stride, value, D: tl.constexpr):
 @triton.jit
 def _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D: tl.constexpr,
                   HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr, TMA: tl.constexpr):
-    """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to the input dtype) of head h."""
+    """``_affine_layer_norm`` of head h's tile."""
     q = _load(q_src, row0, local, row_ok, h * D, stride_q, D, TMA)
     head_cols = h * D + tl.arange(0, D)
+    return _affine_layer_norm(q, mean, rstd, ln_w_ptr, ln_b_ptr, head_cols, head_cols >= 0, HAS_LN_W, HAS_LN_B)
+
+
+@triton.jit
+def _affine_layer_norm(q, mean, rstd, ln_w_ptr, ln_b_ptr, cols, col_ok, HAS_LN_W: tl.constexpr,
+                       HAS_LN_B: tl.constexpr):
+    """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to q's dtype) of a loaded tile whose columns are ``cols``
+    (γ, β read where ``col_ok``)."""
     q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
     q_hat = q_norm
     if HAS_LN_W:
-        q_hat = q_hat * tl.load(ln_w_ptr + head_cols).to(tl.float32)[None, :]
+        q_hat = q_hat * tl.load(ln_w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_LN_B:
-        q_hat = q_hat + tl.load(ln_b_ptr + head_cols).to(tl.float32)[None, :]
+        q_hat = q_hat + tl.load(ln_b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     return q_norm, q_hat.to(q.dtype)
 
 
@@ -331,17 +339,12 @@ def _rms_backward_kernel(g_ptr, x_ptr, q_ptr, dx_ptr, delta_ptr, drms_w_part_ptr
 @triton.jit
 def _normalize_rows(q_ptr, rows, ok, stride_q, cols, mask, mean_ptr, rstd_ptr, ln_w_ptr, ln_b_ptr, W: tl.constexpr,
                     HAS_LN_W: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """(q̂n = (q − μ)·rstd in fp32, q̂ = q̂n·γ + β rounded to the input dtype, rstd) of whole rows."""
+    """``_affine_layer_norm`` of whole rows, and their rstd."""
     q = _load_tile(q_ptr, rows, stride_q, cols, mask)
     mean = tl.load(mean_ptr + rows, mask=ok, other=0.0)
     rstd = tl.load(rstd_ptr + rows, mask=ok, other=0.0)
-    q_norm = (q.to(tl.float32) - mean[:, None]) * rstd[:, None]
-    q_hat = q_norm
-    if HAS_LN_W:
-        q_hat = q_hat * _load_cols(ln_w_ptr, cols, W)[None, :]
-    if HAS_LN_B:
-        q_hat = q_hat + _load_cols(ln_b_ptr, cols, W)[None, :]
-    return q_norm, q_hat.to(q.dtype), rstd
+    q_norm, q_hat = _affine_layer_norm(q, mean, rstd, ln_w_ptr, ln_b_ptr, cols, cols < W, HAS_LN_W, HAS_LN_B)
+    return q_norm, q_hat, rstd
 
 
 @triton.jit

@@ -22,9 +22,14 @@ from norm_fusion_inductor import attention_ops
 op = torch.ops.norm_fusion.norm_attention
 
 
+DENSE = False  # --dense: every sequence max_len long (the end-to-end recommendation block's shape)
+
+
 def _operands(batch, max_len, heads, head_dim, kv_len, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     lens = torch.randint(1, max_len + 1, (batch,), generator=g, device="cuda")
+    if DENSE:
+        lens = torch.full_like(lens, max_len)
     offsets = torch.zeros(batch + 1, dtype=torch.int32, device="cuda")
     offsets[1:] = lens.cumsum(0)
     width = heads * head_dim
@@ -206,7 +211,10 @@ def main():
                    help="the merged dq̂ + dK/dV backward kernel (kernels.MERGED_DQ_HAT_BY_DEFAULT) for every run")
     p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
                    help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
+    p.add_argument("--dense", action="store_true", help="every q sequence max_len long (no jagged rows)")
     args = p.parse_args()
+    global DENSE
+    DENSE = args.dense
     if args.probe:
         for activation in args.activations:
             probe(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)

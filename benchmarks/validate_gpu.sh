@@ -8,6 +8,7 @@
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
+#   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
@@ -66,6 +67,17 @@ diff)  # the kernels an unfused plugin graph launches against the default's, the
     timeout 120 python3 benchmarks/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
     timeout 380 python3 benchmarks/postnorm.py --norm ln --part 1/2 --no-max-autotune --json "$OUT/postnorm_ln.json" \
         2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/postnorm_ln.log"
+    ;;
+merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
+    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \
+        --show-capture=no --tb=short > "$OUT/merged_tests.log" 2>&1
+    grep -E "passed|failed|Error|assert" "$OUT/merged_tests.log" | tail -12
+    for shape in "--max-lens 1024" "--max-lens 512 --dense"; do
+        for m in "" "--merged"; do
+            timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 $shape $m 2>&1 \
+                | grep -E "breakdown|merged|Error" | tee -a "$OUT/merged_breakdown.log"
+        done
+    done
     ;;
 lnprobe)
     timeout 300 python3 benchmarks/ln_inloop_probe.py 2>&1 | tee "$OUT/ln_inloop_probe.log"

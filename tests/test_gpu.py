@@ -54,24 +54,28 @@ def test_kernel_fp32_norm_weight_with_bf16_input(prologue):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("prologue", ["pre_pass"])  # the GPU's only LayerNorm plan (norm_gemm._candidate_plans)
+@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
 @pytest.mark.parametrize("shift", [0.0, 100.0, 1000.0])
 def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift):
-    """Issue 3's numerics target on the tensor cores: rows with mean 0, 100σ, 1000σ."""
+    """Issue 3's numerics target on the tensor cores: rows with mean 0, 100σ, 1000σ, with every block config the
+    tuner may pick for the prologue (the in-loop one was miscompiled in two configs until its masked branch
+    left the K % BLOCK_K == 0 kernels)."""
     M, K, N = 4096, 1024, 768
     x = (torch.randn(M, K, device="cuda") + shift).to(dtype)
     g = (torch.rand(K, device="cuda") + 0.5).to(dtype)
     b = torch.randn(K, device="cuda").to(dtype)
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
     bias = torch.randn(N, device="cuda").to(dtype)
-    plan = norm_gemm.tuned_plan(x, w, g, bias, 1e-5, prologues=(prologue,), beta=b, center=True)
-    _poison_allocator()
-    out, mean, rstd = norm_gemm.layer_norm_matmul(x, g, b, w, bias, 1e-5, plan=plan)
     ref, ref_mean, ref_rstd = ln_linear_reference64(x, g, b, w, bias, 1e-5)
     unfused = rel_err(ln_linear_unfused(x, g, b, w, bias, 1e-5), ref)
-    assert not out.isnan().any()
-    assert rel_err(out, ref) <= max(2 * unfused, 5e-3), (rel_err(out, ref), unfused, plan)
-    assert rel_err(mean, ref_mean.flatten()) < 1e-5 and rel_err(rstd, ref_rstd.flatten()) < 1e-4
+    plans = [p for p in norm_gemm._candidate_plans(x, center=True) if p[0] == prologue]
+    assert plans
+    for plan in plans:
+        _poison_allocator()
+        out, mean, rstd = norm_gemm.layer_norm_matmul(x, g, b, w, bias, 1e-5, plan=plan)
+        assert not out.isnan().any(), plan
+        assert rel_err(out, ref) <= max(2 * unfused, 5e-3), (rel_err(out, ref), unfused, plan)
+        assert rel_err(mean, ref_mean.flatten()) < 1e-5 and rel_err(rstd, ref_rstd.flatten()) < 1e-4, plan
 
 
 def _assert_grads_match(out, ref, x, x64, m, m64, tol=2e-2):

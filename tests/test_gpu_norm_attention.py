@@ -25,9 +25,10 @@ def test_matches_float64(dtype, activation, heads, head_dim, kv_len, affine):
 
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
 @pytest.mark.parametrize("heads,head_dim,kv_len", [(4, 128, 128), (3, 64, 77)])
-def test_merged_backward_matches_float64(activation, heads, head_dim, kv_len, monkeypatch):
-    """The merged dq̂ + dK/dV kernel (off by default until timed), every key in one block."""
-    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", True)
+def test_separate_dq_hat_and_dkdv_match_float64(activation, heads, head_dim, kv_len, monkeypatch):
+    """dq̂ and dK/dV in their own kernels where every key fits one block (the merged kernel is the default
+    there; KV > 128 always runs these two)."""
+    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", False)
     _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
 
 

@@ -5,6 +5,7 @@ import contextlib
 import inspect
 import os
 import threading
+import types
 
 import pytest
 import torch
@@ -61,7 +62,7 @@ def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift, affine):
     if dtype == torch.float32 and prologue == "pre_pass":
         pytest.skip("not a candidate plan for fp32 LayerNorm (see test_fp32_layer_norm_plans_avoid_pre_pass)")
     torch.manual_seed(int(shift) + affine)
-    M, K, N = 37, 80, 40
+    M, K, N = 37, 80 if affine else 72, 40  # 72: the last K tile reaches past K (the kernel's masked branch)
     x = (torch.randn(M, K) + shift).to(dtype)
     g = (torch.rand(K) + 0.5).to(dtype) if affine else None
     b = torch.randn(K).to(dtype) if affine else None
@@ -87,6 +88,24 @@ def test_fp32_layer_norm_plans_avoid_pre_pass():
     out, _, _ = norm_gemm.layer_norm_matmul(x, None, None, w, None, 1e-5)
     ref = ln_linear_reference64(x, None, None, w, None, 1e-5)[0]
     assert rel_err(out, ref) <= 2 * rel_err(ln_linear_unfused(x, None, None, w, None, 1e-5), ref)
+
+
+def test_gpu_layer_norm_in_loop_plans_only_with_whole_k_tiles():
+    """On the GPU the in-loop LayerNorm plan runs only where K % BLOCK_K == 0: its masked branch (a tl.where on
+    the A tile) was miscompiled on sm_90 (benchmarks/ln_inloop_probe.py, 2026-11-30)."""
+    def plans(K):
+        x = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, K))
+        return norm_gemm._candidate_plans(x, center=True)
+
+    whole = plans(1024)
+    assert {p[0] for p in whole} == set(norm_gemm.PROLOGUES) and len(whole) == 2 * len(norm_gemm._GPU_CONFIGS)
+    ragged = plans(1000)  # a multiple of 8 (TMA alignment), of no BLOCK_K
+    assert {p[0] for p in ragged} == {"pre_pass"} and len(ragged) == len(norm_gemm._GPU_CONFIGS)
+    in_loop = [cfg for name, cfg in plans(1088) if name == "in_loop"]  # 1088 = 17·64: the 64-wide K tiles only
+    assert in_loop and all(1088 % cfg["BLOCK_K"] == 0 for cfg in in_loop)
+    assert len(in_loop) < len(norm_gemm._GPU_CONFIGS)  # the 128-wide K tile config is left out
+    rms = norm_gemm._candidate_plans(types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, 1000)))
+    assert {p[0] for p in rms} == set(norm_gemm.PROLOGUES)  # RMSNorm has no shift and no masked branch
 
 
 @interpreter

@@ -205,12 +205,14 @@ def _norm_gemm(ng):
         w_kn = i % 2 == 1
         ng.rms_norm_matmul(x, g if i % 3 else None, weight(N, K, w_kn), b if i % 4 else None, eps, plan=plan,
                            w_kn=w_kn)
-    # LayerNorm: the pre-pass, the GPU's only LayerNorm plan (β and bias fold into an fp32 bias); two configs
-    for i, plan in enumerate(ng._candidate_plans(x, center=True)[:2]):
-        ng.layer_norm_matmul(x, g if i else None, g if i else None, weight(N, K, i == 1), b if i else None, eps,
-                             plan=plan, w_kn=i == 1)
-    # LayerNorm in-loop: no GPU plan (a miscompile on sm_90, see _candidate_plans), but benchmarks force it
-    ng.layer_norm_matmul(x, g, g, weight(N, K, False), b, eps, plan=("in_loop", ng._GPU_CONFIGS[0]))
+    # LayerNorm: every plan the GPU tunes over (in-loop where K % BLOCK_K == 0, the pre-pass); β and bias fold
+    # into an fp32 bias
+    for i, plan in enumerate(ng._candidate_plans(x, center=True)):
+        ng.layer_norm_matmul(x, g if i % 2 else None, g if i % 3 else None, weight(N, K, i % 2 == 1),
+                             b if i % 2 else None, eps, plan=plan, w_kn=i % 2 == 1)
+    # LayerNorm in-loop with K not a multiple of BLOCK_K (the masked variant: no GPU plan, benchmarks force it)
+    ng.layer_norm_matmul(_empty(M, K - 8), g[:K - 8], g[:K - 8], weight(N, K - 8, False), b, eps,
+                         plan=("in_loop", ng._GPU_CONFIGS[0]))
     # fp32 inputs with TF32 allowed: DOT_PRECISION "tf32" (16-bit inputs: "ieee"), the halved K tiles
     torch.backends.cuda.matmul.allow_tf32 = True
     x32 = _empty(M, K, dtype=torch.float32)

@@ -21,7 +21,9 @@ Five row-parallel or head-parallel kernels, none of which waits for another's pr
               3. _rms_out_kernel      per row block: rrms from the heads' Σx², out = x·rrms·w + q
     backward  1. _rms_backward_kernel per row block: dx, Δ, dw partials
               2. _dq_hat_kernel       per (row block, sequence, head): dq̂ = dx + Σ dS K
-              3. _dkdv_kernel         per (KV block, sequence·head), a loop over the sequence's row blocks
+              3. _dkdv_kernel         per (KV block, sequence·head), a loop over the sequence's row blocks;
+                                      with every key in one block (KV ≤ 128) it computes dq̂ too, from the
+                                      same dS, and 2. does not run
               4. _ln_backward_kernel  per row block: dq from dq̂, in place; dγ, dβ partials
 
 The two norms are row-wide (all heads), the attention per head. One program per (rows, head) keeps each program
@@ -504,18 +506,21 @@ def default_config(kv_len: int, head_dim: int, kernel: str = "forward") -> tuple
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
     "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. Measured on the H200 at the reference
     shape (BENCHMARKS.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
-    merged kernel's config has not run on a GPU yet."""
+    merged kernel's 32 × 128, 8 warps (64 rows spill at D = 128, ptxas) was 0.23–0.29 ms faster than dq̂ + dK/dV.
+    A forward holding every key for several row blocks (one K, V load per program) was slower in each of seven
+    configs, 1.05–1.9× (H200, 2026-11-30, benchmarks/results/gpu-2026-11-30e/forward_configs.log): removed."""
     if kernel == "merged":
-        return 32, max(16, triton.next_power_of_2(kv_len)), 8, 2  # 64 rows spill at D = 128 (ptxas, sm_90)
+        return 32, max(16, triton.next_power_of_2(kv_len)), 8, 2
     block_n = max(16, min(128 if head_dim <= 64 else 64, triton.next_power_of_2(kv_len)))
     return 64, block_n, 4, 2
 
 
-# The merged dq̂ + dK/dV kernel (_dkdv_kernel with WITH_DQ_HAT) saves _dq_hat_kernel's recomputation of S and dP
-# (0.8 of the 2.8 ms backward at the reference shape) but runs B·H programs whose dK/dV tiles cover every key:
-# written after the last device call of 2026-11-30, right in the interpreter and compiled for sm_90 offline, not
-# yet timed — off until `attention.py --breakdown --merged` shows it faster.
-MERGED_DQ_HAT_BY_DEFAULT = False
+# The merged dq̂ + dK/dV kernel (_dkdv_kernel with WITH_DQ_HAT) saves _dq_hat_kernel's recomputation of S and dP.
+# H200, H = 4 (2026-11-30, third session, benchmarks/results/gpu-2026-11-30e/merged_breakdown.log): 1.37 ms
+# against 0.81 + 0.86 (dq̂ + dK/dV) for softmax, 1.50 against 0.94 + 0.84 for silu at the jagged max-1024 shape;
+# 1.31 against 0.79 + 0.74 and 1.43 against 0.88 + 0.77 on dense 768 × 512 rows. On wherever every key fits one
+# block (KV ≤ 128).
+MERGED_DQ_HAT_BY_DEFAULT = True
 MAX_MERGED_KV = 128
 
 

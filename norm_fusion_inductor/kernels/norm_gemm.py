@@ -111,6 +111,7 @@ def norm_gemm_kernel(
     BWD_NORM: tl.constexpr,  # 0, or 1 RMSNorm / 2 LayerNorm: the pre-norm's backward on the dgrad (module doc)
     EXCHANGE: tl.constexpr,  # 0 row, 1 spin, 2 last (module doc)
     TILES_POW2: tl.constexpr,  # next power of two ≥ the number of N tiles (the exchange reads all partials at once)
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K tile reaches past K
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
 ):
@@ -166,8 +167,10 @@ def norm_gemm_kernel(
             if ROW_STATS or HAS_GAMMA:
                 a32 = a.to(tl.float32)
                 if ROW_STATS and CENTER:
-                    offs_k = off_k + tl.arange(0, BLOCK_K)
-                    a32 = tl.where(offs_k[None, :] < K, a32 - shift[:, None], 0.0)
+                    a32 = a32 - shift[:, None]
+                    if not EVEN_K:  # columns past K read 0 through TMA: x − s would add −s to the sums there
+                        offs_k = off_k + tl.arange(0, BLOCK_K)
+                        a32 = tl.where(offs_k[None, :] < K, a32, 0.0)
                     sum_x += a32
                 if ROW_STATS:
                     sum_sq += a32 * a32
@@ -600,7 +603,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
         HAS_RESIDUAL_OUT=post is not None and post.residual_out is not None,
         EXCHANGE=EXCHANGES[post.exchange] if post is not None else 0,
         TILES_POW2=triton.next_power_of_2(n_tiles) if post is not None and post.exchange != "row" else 1,
-        NUM_SMS=stride, **cfg, **options,
+        EVEN_K=K % cfg["BLOCK_K"] == 0, NUM_SMS=stride, **cfg, **options,
     )
 
 
@@ -668,7 +671,8 @@ def unsupported_shape_reason(dtype: torch.dtype, K: int, N: int, device: torch.d
     if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
         return "tensor descriptors need sm_90 or newer"
     if center and device.type == "cuda" and dtype == torch.float32:
-        # the pre-pass, the only LayerNorm plan on the GPU, loses accuracy at |mean| >> std in fp32 (module doc)
+        # the pre-pass loses accuracy at |mean| >> std in fp32 (module doc); the in-loop plan, which does not,
+        # has not run in fp32 on the GPU
         return "fp32 LayerNorm has no GPU kernel plan within the unfused path's error"
     elem = torch.empty((), dtype=dtype).element_size()
     if (K * elem) % 16 or (N * elem) % 16:
@@ -700,13 +704,7 @@ PROLOGUES = ("in_loop", "pre_pass")
 
 def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
     prologues = PROLOGUES
-    if center and x.is_cuda:
-        # LayerNorm in-loop on sm_90 (Triton 3.6) gave relative errors of 0.38 and 0.05 with two of the five
-        # block configs (BLOCK_N 256 unflattened, BLOCK_K 128) at 4096x1024x768 while the others and the
-        # interpreter were right: a miscompile, not the algebra (benchmarks/kernel_check.py, 2026-11-29).
-        # Until it is understood, the GPU runs LayerNorm through the pre-pass only, which was right everywhere.
-        prologues = ("pre_pass",)
-    elif center and x.dtype == torch.float32:
+    if center and x.dtype == torch.float32:
         # LayerNorm pre-pass: its mean correction cancels to fp32 accumulation error ∝ |μ|/σ, measured 3.5x the
         # unfused error at |μ| = 1000σ in fp32 (16-bit inputs: within it). The in-loop shift has no such term.
         prologues = ("in_loop",)
@@ -715,7 +713,13 @@ def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
     configs = _GPU_CONFIGS
     if x.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
         configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
-    return [(prologue, cfg) for prologue in prologues for cfg in configs]
+    K = x.shape[1]
+    # LayerNorm in-loop with a K tile past K: on sm_90 (Triton 3.6) the tl.where that zeroes those columns of
+    # x − s made two of five configs wrong (errors 0.05–0.38, 2.3e2 at |μ| = 1000σ) even where K is a multiple
+    # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/ln_inloop_probe.py,
+    # H200, 2026-11-30). So the GPU runs it only where K % BLOCK_K == 0 (the kernel then has no where).
+    return [(prologue, cfg) for prologue in prologues for cfg in configs
+            if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
 
 
 def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:

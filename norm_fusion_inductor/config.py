@@ -28,6 +28,11 @@ class NormFusionConfig:
     #: slower fused (16 sites, 0.55–0.97x); by 1.0x one did (1.03x). 1.25 was needed while the bound's copy ran
     #: on the copy engines and read up to 1.5x high (selection.py)
     min_speedup: float = 1.1
+    #: with policy "auto", where the unfused alternative itself is compiled and timed side by side with the fused
+    #: op (the attention block, in a child process: selection.choose_attention), the factor the fused op must win
+    #: by. It covers timing noise only, not a bound's error: the compiled recommendation block timed 3.884 and
+    #: 3.871 ms in two sessions, the unfused plugin step 3.882 against 3.881 ms for the default (H200, 2026-11-30)
+    compiled_min_speedup: float = 1.05
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
     #: launch cannot take (dynamic M, eps as a tensor) use the op either way
@@ -59,6 +64,9 @@ class NormFusionConfig:
         _check_type("min_speedup", self.min_speedup, (int, float))
         if self.min_speedup <= 0:
             raise ValueError(f"norm_fusion option 'min_speedup' must be > 0, got {self.min_speedup}")
+        _check_type("compiled_min_speedup", self.compiled_min_speedup, (int, float))
+        if self.compiled_min_speedup <= 0:
+            raise ValueError(f"norm_fusion option 'compiled_min_speedup' must be > 0, got {self.compiled_min_speedup}")
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")

@@ -51,6 +51,10 @@ def test_wrong_types_and_values_are_named():
         nfi.NormFusionConfig(min_speedup="2")
     with pytest.raises(TypeError, match="'min_speedup' must be a number, got bool"):
         nfi.NormFusionConfig(min_speedup=True)
+    with pytest.raises(TypeError, match="'compiled_min_speedup' must be int or float"):
+        nfi.NormFusionConfig(compiled_min_speedup="1.05")
+    with pytest.raises(ValueError, match="'compiled_min_speedup' must be > 0"):
+        nfi.NormFusionConfig(compiled_min_speedup=0)
     with pytest.raises(TypeError, match="'log' must be bool"):
         nfi.NormFusionConfig(log=1)
     with pytest.raises(ValueError, match="'policy' must be one of"):

@@ -283,7 +283,7 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     activation) plus 2.5 copies of q for the norms' bytes (the LayerNorm reads q and writes q̂; the RMSNorm reads
     x and q, writes out), all timed as CUDA-graph replays. Where the fused op does not beat that bound, and for
     every training site, the block compiled by torch.compile is timed against the fused op in a child process
-    (``measure_block``), with ``compiled_min_speedup`` (noise only: it is the real alternative): in training the bound's attention term runs eager autograd and bounds nothing
+    (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its neighbours' fusion): in training the bound's attention term runs eager autograd and bounds nothing
     (recommendation block, 2026-11-30: the bound read 3.99 ms, the compiled block 3.88)."""
     kernel_reason = _attention_kernel_reason(site)
     if site.train:

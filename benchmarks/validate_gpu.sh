@@ -81,6 +81,7 @@ merged)  # the merged backward's and the selection's GPU tests, then per-kernel 
     ;;
 lnprobe)
     timeout 300 python3 benchmarks/ln_inloop_probe.py 2>&1 | tee "$OUT/ln_inloop_probe.log"
+    timeout 120 python3 benchmarks/repro_where_wgmma.py 2>&1 | tee "$OUT/repro_where_wgmma.log"  # standalone
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

@@ -4,17 +4,20 @@ The in-loop LayerNorm kernel gave relative errors of 0.05–0.38 (and 2.3e2 at |
 block configs on the H200, while its mean/rstd were right and the RMSNorm in-loop kernel, with the same async
 register-A wgmma, was right everywhere. What only LayerNorm adds: the per-row shift s = x[m, 0] loaded with
 pointers, ``tl.where(offs_k < K, x − s, 0)`` on the A tile, the Σ(x − s) accumulator, and the u column vector
-in the epilogue. This script runs every in-loop config of the kernel as it is and of copies of norm_gemm.py with
-one of those pieces taken out, each against its own float64 reference, so one GPU call says which piece the
-miscompile needs:
+in the epilogue. This script runs every in-loop config of the kernel and of copies of norm_gemm.py with one of
+those pieces changed, each against its own float64 reference, in one GPU call. The answer (H200, 2026-11-30,
+BENCHMARKS.md): the tl.where — without it every config was right. The kernel now has it only where a K tile
+reaches past K (EVEN_K = False, never on the GPU), so the variants put it back to re-check the miscompile:
 
-    no_shift  s = 0                         (reference: LayerNorm, same as the kernel)
-    no_where  x − s without the tl.where    (K a multiple of BLOCK_K: the same values)
-    no_u      the epilogue drops −(μ − s)·u (reference: rstd·((x − s)·γ)Wᵀ + Wβ + b)
+    as_is            the kernel as shipped (K % BLOCK_K == 0: no tl.where)
+    with_where       the masked branch forced on (the kernel of 2026-11-29/30: two configs wrong)
+    where_no_shift   and s = 0                        (reference: LayerNorm, same as the kernel)
+    where_no_u       and the epilogue drops −(μ − s)·u (reference: rstd·((x − s)·γ)Wᵀ + Wβ + b)
 
     python benchmarks/ln_inloop_probe.py [--shape 4096x1024x768] [--shift 0 1000]
 
-Under TRITON_INTERPRET=1 (CPU) it runs the interpreter config only: a check of the script, not of the GPU.
+Under TRITON_INTERPRET=1 (CPU, with --dtype float16: the interpreter's bf16 dots are wrong) it runs the interpreter
+config only: a check of the script, not of the GPU.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ from tests.helpers import ln_linear_reference64, rel_err  # noqa: E402
 from norm_fusion_inductor.kernels import norm_gemm  # noqa: E402
 
 SHIFT = "            shift = tl.load(x_ptr + offs_m * stride_xm, mask=offs_m < M, other=0.0).to(tl.float32)\n"
-WHERE = "                    a32 = tl.where(offs_k[None, :] < K, a32 - shift[:, None], 0.0)\n"
+WHERE = ("                    if not EVEN_K:  # columns past K read 0 through TMA: x − s would add −s to the sums "
+         "there\n")
 U_TERM = "                acc = (acc - mean_shifted[:, None] * u[None, :]) * rstd[:, None]\n"
+FORCE_WHERE = (WHERE, "                    if True:\n")
 VARIANTS = {
     "as_is": [],
-    "no_shift": [(SHIFT, "            shift = tl.zeros([BLOCK_M], tl.float32)\n")],
-    "no_where": [(WHERE, "                    a32 = a32 - shift[:, None]\n")],
-    "no_u": [(U_TERM, "                acc = acc * rstd[:, None]\n")],
+    "with_where": [FORCE_WHERE],
+    "where_no_shift": [FORCE_WHERE, (SHIFT, "            shift = tl.zeros([BLOCK_M], tl.float32)\n")],
+    "where_no_u": [FORCE_WHERE, (U_TERM, "                acc = acc * rstd[:, None]\n")],
 }
 
 
@@ -60,7 +65,7 @@ def variant_module(name: str, tmp: pathlib.Path):
 
 
 def reference(name, x, gamma, beta, w, bias, eps):
-    if name != "no_u":
+    if name != "where_no_u":
         return ln_linear_reference64(x, gamma, beta, w, bias, eps)[0]
     xd = x.double()
     var, mean = torch.var_mean(xd, -1, correction=0, keepdim=True)
@@ -88,7 +93,7 @@ def main():
             w = (torch.randn(N, K, device=device) / K**0.5).to(dt)
             bias = torch.randn(N, device=device).to(dt)
             for name, module in modules.items():
-                if name == "no_shift" and shift:
+                if name == "where_no_shift" and shift:
                     continue  # without the shift the sums cancel at |mean| >> std: not what is probed
                 ref = reference(name, x, gamma, beta, w, bias, 1e-5)
                 for cfg in configs:

@@ -43,6 +43,13 @@ def _operands(batch, max_len, heads, head_dim, kv_len, seed=0):
     return q, k, v, offsets, weights
 
 
+def _kernel_args(batch, max_len, heads, head_dim, kv_len, activation) -> tuple:
+    """The arguments ``kernels.forward`` and ``kernels.backward`` share, on ``_operands``."""
+    q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
+    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
+    return q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation
+
+
 def bench_interleaved(fns: dict, rounds=3, rep=30):
     """Median ms of each fn, interleaved over ``rounds`` rounds (the median of the rounds' medians)."""
     times = {name: [] for name in fns}
@@ -106,9 +113,8 @@ def explore_configs(batch, max_len, heads, head_dim, kv_len, activation, tma_too
     ``tma_too`` the descriptor path as well."""
     from norm_fusion_inductor.kernels import norm_attention as kernels
 
-    q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
-    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
-    common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
+    common = _kernel_args(batch, max_len, heads, head_dim, kv_len, activation)
+    q = common[0]
     _, *saved = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
     for cfg in CONFIGS:
@@ -116,9 +122,9 @@ def explore_configs(batch, max_len, heads, head_dim, kv_len, activation, tma_too
             row = {}
             for name, fn in (("forward", lambda: kernels.forward(*common, 1e-5, 1e-6, config=cfg, tma=tma)),
                              ("backward dq", lambda: kernels.backward(grad, *common, *saved, dq_config=cfg,
-                                                                      tma=tma)),
+                                                                      tma=tma, merged=False)),
                              ("backward dkdv", lambda: kernels.backward(grad, *common, *saved, dkdv_config=cfg,
-                                                                        tma=tma))):
+                                                                        tma=tma, merged=False))):
                 try:
                     row[name] = triton.testing.do_bench(fn, warmup=3, rep=20, return_mode="median")
                 except Exception as e:  # out of shared memory or registers: reported, not fatal
@@ -141,14 +147,15 @@ def probe(batch, max_len, heads, head_dim, kv_len, activation):
     the kernels run as they do."""
     from norm_fusion_inductor.kernels import norm_attention as kernels
 
-    q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
-    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
-    common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
+    common = _kernel_args(batch, max_len, heads, head_dim, kv_len, activation)
+    q = common[0]
     _, *saved = kernels.forward(*common, 1e-5, 1e-6)
     grad = torch.randn_like(q)
     launches = {"_attention_kernel": lambda c, t: kernels.forward(*common, 1e-5, 1e-6, config=c, tma=t),
-                "_dq_hat_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dq_config=c, tma=t),
-                "_dkdv_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dkdv_config=c, tma=t)}
+                "_dq_hat_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dq_config=c, tma=t,
+                                                                merged=False),
+                "_dkdv_kernel": lambda c, t: kernels.backward(grad, *common, *saved, dkdv_config=c, tma=t,
+                                                              merged=False)}
     for name, launch in launches.items():
         jit_fn = getattr(kernels, name)
         for cfg, tma in ((c, t) for c in PROBE_CONFIGS for t in (False, True)):
@@ -175,9 +182,8 @@ def breakdown(batch, max_len, heads, head_dim, kv_len, activation):
 
     from norm_fusion_inductor.kernels import norm_attention as kernels
 
-    q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
-    scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
-    common = (q, k, v, offsets, max_len, heads, ln_w, ln_b, rms_w, scale, activation)
+    common = _kernel_args(batch, max_len, heads, head_dim, kv_len, activation)
+    q = common[0]
     grad = torch.randn_like(q)
     _, *saved = kernels.forward(*common, 1e-5, 1e-6)
     kernels.backward(grad, *common, *saved)

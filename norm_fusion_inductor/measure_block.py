@@ -11,9 +11,9 @@ lock), hence the child process:
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
 Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings, and the parent's TF32
-setting (allow_tf32) and max-autotune flag (max_autotune). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench (forward,
-or forward + backward when "train"). Exits non-zero when the fused op would not run its kernels here (its
-reference path must never be timed as "fused").
+setting (allow_tf32) and max-autotune flag (max_autotune). Output: fused_ms and compiled_ms, medians of three
+interleaved rounds of do_bench (forward, or forward + backward when "train"). Exits non-zero when the fused op
+would not run its kernels here (its reference path must never be timed as "fused").
 """
 
 from __future__ import annotations

@@ -283,8 +283,9 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     activation) plus 2.5 copies of q for the norms' bytes (the LayerNorm reads q and writes q̂; the RMSNorm reads
     x and q, writes out), all timed as CUDA-graph replays. Where the fused op does not beat that bound, and for
     every training site, the block compiled by torch.compile is timed against the fused op in a child process
-    (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its neighbours' fusion): in training the bound's attention term runs eager autograd and bounds nothing
-    (recommendation block, 2026-11-30: the bound read 3.99 ms, the compiled block 3.88)."""
+    (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its neighbours' fusion). In
+    training the bound's attention term runs eager autograd and bounds nothing (recommendation block, 2026-11-30:
+    the bound read 3.99 ms, the compiled block 3.88)."""
     kernel_reason = _attention_kernel_reason(site)
     if site.train:
         choice = _attention_policy(site, config, kernel_reason)
@@ -356,7 +357,7 @@ def _measure_compiled_block(site: AttentionSite) -> dict:
 
 # The attention sites' bound keeps a larger margin than min_speedup (recalibrated to 1.1 on the matmul sites only)
 # until it is recalibrated on the GPU; the sites it leaves unfused are measured against the compiled block
-# (choose_attention), with min_speedup. QK-norm sites use the bound alone (their unfused attention is SDPA).
+# (choose_attention), with compiled_min_speedup. QK-norm sites use the bound alone (their unfused attention is SDPA).
 ATTENTION_MIN_SPEEDUP = 1.25
 
 

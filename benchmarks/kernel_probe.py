@@ -1,8 +1,11 @@
 """Probe of the prenorm GEMM kernel alone: every (prologue, block config) against cuBLAS and Inductor's norm,
 side by side in one run.
 
-    python benchmarks/kernel_probe.py
+    python benchmarks/kernel_probe.py                 # the shipped configs
+    python benchmarks/kernel_probe.py --mainloop      # candidate mainloop configs (subtiled epilogue, 2 CTAs/SM)
 """
+import argparse
+import json
 import statistics
 
 import torch
@@ -13,6 +16,32 @@ from norm_fusion_inductor.kernels import norm_gemm as kern
 
 EPS = 1e-6
 SHAPES = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]
+MAINLOOP_SHAPES = [(65536, 1024, 1024), (65536, 2048, 1024), (262144, 1024, 256), (262144, 256, 1024),
+                   (16384, 4096, 4096)]
+
+
+def _cfg(bm, bn, bk, stages, warps, flatten=False, subtile=1, ctas=1, group_m=8):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_stages=stages, num_warps=warps,
+                WARP_SPECIALIZE=False, FLATTEN=flatten, EPILOGUE_SUBTILE=subtile, CTAS_PER_SM=ctas)
+
+
+# What the shipped list lacks: a halved epilogue staging buffer (room for one more stage), two CTAs per SM
+# (one's epilogue under the other's mainloop), wider grouping.
+MAINLOOP_CANDIDATES = [
+    _cfg(128, 256, 64, 3, 8),
+    _cfg(128, 256, 64, 3, 8, subtile=2),
+    _cfg(128, 256, 64, 4, 8, subtile=2),
+    _cfg(128, 256, 64, 3, 8, flatten=True, subtile=2),
+    _cfg(128, 256, 64, 3, 8, subtile=2, group_m=16),
+    _cfg(128, 256, 64, 3, 8, subtile=2, group_m=4),
+    _cfg(256, 128, 64, 3, 8, subtile=2),
+    _cfg(128, 128, 64, 4, 4, flatten=True),
+    _cfg(128, 128, 64, 4, 8, subtile=2),
+    _cfg(128, 128, 64, 2, 4, ctas=2),
+    _cfg(128, 128, 64, 3, 4, subtile=2, ctas=2),
+    _cfg(128, 128, 64, 2, 8, subtile=2, ctas=2),
+    _cfg(64, 256, 64, 2, 4, subtile=2, ctas=2),
+]
 
 
 def bench(fns, rounds=2):
@@ -23,35 +52,56 @@ def bench(fns, rounds=2):
     return {k: statistics.median(v) for k, v in t.items()}
 
 
+def _label(c):
+    return (f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']} "
+            f"g{c['GROUP_M']} flat{int(c['FLATTEN'])} sub{c.get('EPILOGUE_SUBTILE', 1)} cta{c.get('CTAS_PER_SM', 1)}")
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mainloop", action="store_true", help="candidate mainloop configs instead of the shipped")
+    ap.add_argument("--json", help="write the timings here")
+    args = ap.parse_args()
+    configs = MAINLOOP_CANDIDATES if args.mainloop else kern._GPU_CONFIGS
+    shapes = MAINLOOP_SHAPES if args.mainloop else SHAPES
     print(torch.cuda.get_device_name(), torch.__version__)
-    for M, K, N in SHAPES:
+    rows = []
+    for M, K, N in shapes:
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
         w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
         normed = F.rms_norm(x, (K,), g, EPS)
+        ref = torch.mm(normed.double(), w.double().t())
         cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS))
         cnorm(x, g)
         fns = {"cublas": lambda: torch.mm(normed, w.t()), "inductor_norm": lambda: cnorm(x, g)}
-        for i, c in enumerate(kern._GPU_CONFIGS):
+        errors = {}
+        for i, c in enumerate(configs):
             for prologue in ("plain", "in_loop", "pre_pass"):
                 def f(plan=(prologue, c)):
                     return kern.rms_norm_matmul(x, g, w, None, EPS, plan=plan)
                 try:
-                    f()
+                    out = f()
                     torch.cuda.synchronize()
                 except Exception as e:
                     print(f"  cfg{i} {prologue} failed: {type(e).__name__} {str(e)[:150]}")
                     continue
+                if prologue != "plain":  # the plain GEMM runs on raw x: no reference here
+                    errors[f"cfg{i}_{prologue}"] = ((out.double() - ref).norm() / ref.norm()).item()
                 fns[f"cfg{i}_{prologue}"] = f
         t = bench(fns)
         print(f"\n{M}x{K}x{N}: cublas {t['cublas']:.4f}  inductor_norm {t['inductor_norm']:.4f}  "
               f"unfused {t['cublas'] + t['inductor_norm']:.4f}")
-        for i, c in enumerate(kern._GPU_CONFIGS):
+        for i, c in enumerate(configs):
             cells = "  ".join(f"{v} {t[f'cfg{i}_{v}']:.4f}" for v in ("plain", "in_loop", "pre_pass")
                               if f"cfg{i}_{v}" in t)
-            print(f"  cfg{i} {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']} "
-                  f"flat{int(c['FLATTEN'])}: {cells}")
+            worst = max((e for k, e in errors.items() if k.startswith(f"cfg{i}_")), default=float("nan"))
+            print(f"  cfg{i} {_label(c)}: {cells}  (plain/cuBLAS "
+                  f"{t.get(f'cfg{i}_plain', float('nan')) / t['cublas']:.3f}, err {worst:.1e})")
+        rows.append(dict(shape=[M, K, N], times=t, errors=errors))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(configs=[_label(c) for c in configs], rows=rows), fh, indent=1)
 
 
 if __name__ == "__main__":

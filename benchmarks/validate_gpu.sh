@@ -9,6 +9,7 @@
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
+#   bash benchmarks/validate_gpu.sh mainloop # candidate mainloop configs against cuBLAS                   (~4 min?)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
@@ -82,6 +83,9 @@ merged)  # the merged backward's and the selection's GPU tests, then per-kernel 
 lnprobe)
     timeout 300 python3 benchmarks/ln_inloop_probe.py 2>&1 | tee "$OUT/ln_inloop_probe.log"
     timeout 120 python3 benchmarks/repro_where_wgmma.py 2>&1 | tee "$OUT/repro_where_wgmma.log"  # standalone
+    ;;
+mainloop)  # candidate mainloop configs (subtiled epilogue, 2 CTAs/SM) vs cuBLAS, every prologue (~4 min?)
+    timeout 420 python3 benchmarks/kernel_probe.py --mainloop --json "$OUT/mainloop.json" 2>&1 | tee "$OUT/mainloop.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

@@ -81,7 +81,7 @@ def main():
                 def f(plan=(prologue, c)):
                     return kern.rms_norm_matmul(x, g, w, None, EPS, plan=plan)
                 try:
-                    out = f()
+                    out = f()[0]
                     torch.cuda.synchronize()
                 except Exception as e:
                     print(f"  cfg{i} {prologue} failed: {type(e).__name__} {str(e)[:150]}")

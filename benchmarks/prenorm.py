@@ -127,7 +127,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
     # another code object: compiled anew
     default_again = compiled("default_again", lambda x, g, w: norm_then_linear(x, g, w))
     y = torch.empty_like(x)
-    row["plans"] = {"chosen": tuned(x, g, w, kern.PROLOGUES)}
+    row["plans"] = {"chosen": tuned(x, g, w, kern.ALL_PROLOGUES)}
     if not args.lean:
         in_loop, pre_pass = tuned(x, g, w, ("in_loop",)), tuned(x, g, w, ("pre_pass",))
         row["plans"].update(in_loop=in_loop, pre_pass=pre_pass)
@@ -139,7 +139,8 @@ def run_shape(M, K, N, dtype, args) -> dict:
         "fused_kernel": lambda: fused(x, g, w),
         "in_loop": lambda: fused(x, g, w, in_loop),
         "pre_pass": lambda: fused(x, g, w, pre_pass),
-        "plain_gemm": lambda: kern.rms_norm_matmul(x, g, w, None, EPS, plan=("plain", pre_pass[1])),
+        "plain_gemm": lambda: kern.rms_norm_matmul(x, g, w, None, EPS,
+                                                   plan=(pre_pass[0].replace("pre_pass", "plain"), pre_pass[1])),
     }
     if args.lean:
         for name in ("in_loop", "pre_pass", "plain_gemm"):

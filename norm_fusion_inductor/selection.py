@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from .config import NormFusionConfig
-from .kernels import norm_attention, norm_gemm, qk_norm_attention
+from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, qk_norm_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class MatmulSite:
 
 _MEMORY: dict = {}
 # part of every cache key: a change to how the times are measured must not reuse times measured the old way
-MEASUREMENT = "copy-kernel"
+MEASUREMENT = "copy-kernel+gluon-host"
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -94,7 +94,8 @@ def _key(site) -> str:
                                           type(site).__name__, *dataclasses.astuple(site)))
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
-    return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, _kernel_source_hash(),
+    sources = _kernel_source_hash() + _kernel_source_hash(norm_gemm_gluon)
+    return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, sources,
                                       MEASUREMENT, norm_gemm._bucket(site.M), site.K, site.N, site.dtype, site.norm,
                                       site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn,
                                       site.position, site.has_residual, site.write_z, site.has_residual_out))
@@ -149,8 +150,9 @@ def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> d
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
     entry = dict(_MEMORY[key])
-    if entry.get("plan") is not None:
-        entry["plan"] = tuple(entry["plan"])
+    for name in ("plan", "direct_plan"):
+        if entry.get(name) is not None:
+            entry[name] = tuple(entry[name])
     return entry
 
 
@@ -162,10 +164,11 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
     # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
     copies = 1 + 0.5 * (site.has_residual + site.has_residual_out)
     norm_ms = t["copy_ms"] * copies
-    fused_ms, unfused_ms = t["fused_ms"], t["mm_ms"] + norm_ms
+    fused_ms, plan, launch_note = _with_host_cost(t)
+    unfused_ms = t["mm_ms"] + norm_ms
     copied = "x" if site.position == "pre" else "the matmul's output" + (f" x {copies} (residuals)" if copies > 1
                                                                           else "")
-    detail = (f"measured fused {fused_ms:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
+    detail = (f"measured fused {fused_ms:.4f} ms{launch_note} vs unfused lower bound {unfused_ms:.4f} ms "
               f"(cuBLAS {t['mm_ms']:.4f} + copy of {copied} {norm_ms:.4f}) at M={site.M}")
     if fused_ms * config.min_speedup >= unfused_ms:
         return Choice(False, "unfused", detail)
@@ -173,7 +176,37 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
             and not torch._inductor.config.triton.cudagraphs):
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
-    return Choice(True, "fused_triton", detail, t.get("plan"))
+    return Choice(True, "fused_triton", detail, plan)
+
+
+def _with_host_cost(t: dict) -> tuple:
+    """(fused ms, plan, note) for the decision. A Gluon plan's kernel is launched from Python (a thin op in
+    Inductor's graph, ~0.1–0.3 ms of host time per call on the H200 host), which a small site cannot hide: its
+    time is max(GPU, host) unless CUDA graphs replay the launches, and the best plan Inductor launches itself
+    (GPU time) is taken instead where that is faster (LayerNorm sweep, 2026-11-30: three sites measured
+    0.06–0.12 ms on the GPU ran 0.20–0.32 ms per call)."""
+    fused_ms, plan = t["fused_ms"], t.get("plan")
+    if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
+        return fused_ms, plan, ""
+    gluon_ms = max(fused_ms, t["host_ms"])
+    if t.get("direct_ms") is not None and t["direct_ms"] <= gluon_ms:
+        return t["direct_ms"], t["direct_plan"], (f" (Triton mainloop; the Gluon plan's {fused_ms:.4f} ms on the "
+                                                  f"GPU takes {t['host_ms']:.4f} ms of host time per call)")
+    return gluon_ms, plan, f" (Gluon mainloop, GPU {fused_ms:.4f} ms, host {t['host_ms']:.4f} ms per call)"
+
+
+def _host_ms(fn, calls: int = 20) -> float:
+    """Host time per call of ``fn`` (ms): calls queued without waiting for the GPU, which runs behind."""
+    import time
+
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls * 1e3
+    torch.cuda.synchronize()
+    return host
 
 
 def _inputs(site: MatmulSite) -> dict:
@@ -201,8 +234,8 @@ def _post_inputs(site: MatmulSite) -> dict:
     return t
 
 
-def _tune(site: MatmulSite, inputs: Optional[dict] = None) -> dict:
-    """{"plan": the fastest (prologue, block config) of the fused kernel for this site}."""
+def _tune(site: MatmulSite, inputs: Optional[dict] = None, prologues=norm_gemm.ALL_PROLOGUES) -> dict:
+    """{"plan": the fastest (prologue, block config) of the fused kernel for this site, by GPU time}."""
     if site.position == "post":
         t = inputs or _post_inputs(site)
         plan = norm_gemm.post_tuned_plan(t["x"], t["w"], t["b"], t["residual"], t["g"], t["beta"], 1e-6,
@@ -210,8 +243,8 @@ def _tune(site: MatmulSite, inputs: Optional[dict] = None) -> dict:
                                          residual_out=t["residual_out"])
         return {"plan": list(plan)}
     t = inputs or _inputs(site)
-    plan = norm_gemm.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, beta=t["beta"], center=site.norm == "ln",
-                                     w_kn=site.weight_kn)
+    plan = norm_gemm.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, prologues=prologues, beta=t["beta"],
+                                center=site.norm == "ln", w_kn=site.weight_kn)
     return {"plan": list(plan)}
 
 
@@ -231,28 +264,36 @@ def _measure(site: MatmulSite) -> dict:
     def bench(fn):
         return do_bench_cudagraph(fn, rep=30, return_mode="median")
 
-    if site.position == "post":
-        def fused():
-            return norm_gemm.matmul_norm(x, w, b, t["residual"], g, beta, 1e-6, layer_norm=site.norm == "ln",
-                                         write_z=site.write_z, plan=plan, w_kn=site.weight_kn,
-                                         residual_out=t["residual_out"])
-    elif site.norm == "ln":
-        def fused():
-            return norm_gemm.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
-    else:
-        def fused():
-            return norm_gemm.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
+    def fused_with(plan):
+        if site.position == "post":
+            return lambda: norm_gemm.matmul_norm(x, w, b, t["residual"], g, beta, 1e-6, layer_norm=site.norm == "ln",
+                                                 write_z=site.write_z, plan=plan, w_kn=site.weight_kn,
+                                                 residual_out=t["residual_out"])
+        if site.norm == "ln":
+            return lambda: norm_gemm.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
+        return lambda: norm_gemm.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
 
+    fused = fused_with(plan)
     w_mm = w if site.weight_kn else w.t()
     mm = (lambda: torch.addmm(b, x, w_mm)) if b is not None else (lambda: torch.mm(x, w_mm))
     copied = mm() if site.position == "post" else x  # the norm's input
     y = torch.empty_like(copied)
     times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
+    gluon = plan[0].startswith(norm_gemm.GLUON)
+    if gluon:  # the best plan Inductor launches itself, for _with_host_cost
+        direct_plan = tuple(_tune(site, t, prologues=norm_gemm.PROLOGUES)["plan"])
+        direct = fused_with(direct_plan)
+        times["direct_ms"] = []
     for _ in range(3):  # interleaved, so clock drift hits both sides
         times["fused_ms"].append(bench(fused))
         times["mm_ms"].append(bench(mm))
         times["copy_ms"].append(bench(lambda: _copy(y, copied)))
-    return {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
+        if gluon:
+            times["direct_ms"].append(bench(direct))
+    result = {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
+    if gluon:
+        result.update(host_ms=_host_ms(fused), direct_plan=list(direct_plan))
+    return result
 
 
 # --- norm → attention → norm ------------------------------------------------------------------------------------

@@ -144,3 +144,25 @@ def test_direct_launch_rejection_reasons(launch):
     assert "16-byte aligned" in _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)
     spin = selection.Choice(True, "fused_triton", "", ("spin", {}))
     assert "cooperative launch" in _direct_launch_rejection((x, None, w, None, 1e-6, False), spin, config)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+@pytest.mark.parametrize("prologue", ["gluon_in_loop", "gluon_pre_pass"])
+def test_gluon_plan_traces_to_its_launch_op(fake_cuda, norm, prologue):
+    """A Gluon plan: Inductor cannot emit the kernel, so the trace holds one call of the thin launch op (made
+    functional: auto_functionalized), with W·γ (and u, v) as graph ops around it; the pre-pass's row kernel is
+    still a Triton launch."""
+    from norm_fusion_inductor.kernels import norm_gemm_gluon
+
+    M, K, N = 300, 256, 512
+    x, g, w, b = fake_cuda(3, 100, K), fake_cuda(K), fake_cuda(N, K), fake_cuda(N)
+    args = (x, g, w, b, 1e-5, False) if norm == "rms" else (x, g, g, w, b, 1e-5, False)
+    gm = ops.trace_direct_launch(norm, args, (prologue, norm_gemm_gluon.CONFIGS[0]))
+    calls = [n for n in gm.graph.nodes if "gluon_norm_gemm" in str(n.args[0] if n.args else n.target)]
+    assert len(calls) == 1, gm.graph
+    assert [name for name, _ in _launches(gm)] == ([] if prologue == "gluon_in_loop" else ["row_stats_kernel"])
+    targets = {n.target for n in gm.graph.nodes}
+    assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
+    outputs = gm.graph.find_nodes(op="output")[0].args[0]
+    assert [tuple(o.meta["val"].shape) for o in outputs] == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)

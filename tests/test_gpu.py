@@ -25,8 +25,10 @@ def _poison_allocator(nbytes=1 << 28):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("M,K,N", [(4096, 1024, 1024), (1000, 264, 520), (77, 4096, 128)])
 @pytest.mark.parametrize("gamma,bias", [(False, True), (True, True)])
-@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.ALL_PROLOGUES)
 def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
+    if dtype == torch.float32 and prologue.startswith(norm_gemm.GLUON):
+        pytest.skip("the Gluon mainloop takes 16-bit inputs")
     x = torch.randn(M, K, device="cuda", dtype=dtype) * 3 + 0.5
     g = (torch.rand(K, device="cuda") + 0.5).to(dtype) if gamma else None
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(dtype)
@@ -54,7 +56,7 @@ def test_kernel_fp32_norm_weight_with_bf16_input(prologue):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
+@pytest.mark.parametrize("prologue", norm_gemm.ALL_PROLOGUES)
 @pytest.mark.parametrize("shift", [0.0, 100.0, 1000.0])
 def test_layer_norm_kernel_within_unfused_error(dtype, prologue, shift):
     """Issue 3's numerics target on the tensor cores: rows with mean 0, 100σ, 1000σ, with every block config the
@@ -210,6 +212,51 @@ def test_direct_launch_end_to_end(norm, mode, train):
     forward_code = code[0]
     assert "norm_gemm_kernel" in forward_code and "norm_fusion.rms_norm_linear" not in forward_code
     assert "norm_fusion.layer_norm_linear" not in forward_code
+    ref = m64(x64)
+    assert rel_err(out, ref) < 1e-2
+    if train:
+        _assert_grads_match(out, ref, x, x64, m, m64)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("train", [False, True])
+def test_gluon_plan_end_to_end(norm, mode, train, monkeypatch, tmp_path):
+    """A site whose plan runs on the Gluon mainloop: Inductor's generated code calls the thin launch op (the W·γ,
+    u, v preparation compiled by Inductor around it), also under CUDA graphs; outputs and gradients against
+    float64. The tuner is offered the Gluon plans only, so that this path is the one taken."""
+    from torch._inductor.utils import run_and_get_code
+
+    from norm_fusion_inductor import selection
+
+    candidates = norm_gemm._candidate_plans
+    monkeypatch.setattr(norm_gemm, "_candidate_plans", lambda *a, **k: [
+        p for p in candidates(*a, **k) if p[0].startswith(norm_gemm.GLUON)])
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(norm_gemm, "_TUNED", {})
+    torch.manual_seed(0)
+    d, n = 1024, 768
+    m = NormLinears(norm, d, n).cuda().bfloat16()
+    with torch.no_grad():
+        m.norm.weight.uniform_(0.5, 1.5)
+    m64 = NormLinears(norm, d, n).cuda().double()
+    m64.load_state_dict(m.state_dict())
+    x = (torch.randn(4, 512, d, device="cuda") + 1).bfloat16().requires_grad_(train)
+    x64 = x.detach().double().requires_grad_(train)
+    nfi.clear_reports()
+    options = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS, "cache_dir": str(tmp_path)}}
+    if mode == "reduce-overhead":
+        options["triton.cudagraphs"] = True
+    c = torch.compile(m, backend="norm_fusion", options=options)
+    with torch.set_grad_enabled(train):
+        _, code = run_and_get_code(c, x)
+        for _ in range(2):
+            _poison_allocator()
+            out = c(x)
+    assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
+    assert "gluon_norm_gemm" in code[0] and "norm_fusion.layer_norm_linear" not in code[0]
+    assert "norm_fusion.rms_norm_linear" not in code[0]
     ref = m64(x64)
     assert rel_err(out, ref) < 1e-2
     if train:

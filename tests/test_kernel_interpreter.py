@@ -106,7 +106,7 @@ def test_gpu_layer_norm_in_loop_plans_only_with_whole_k_tiles():
     """On the GPU the in-loop LayerNorm plan runs only where K % BLOCK_K == 0: its masked branch (a tl.where on
     the A tile) was miscompiled on sm_90 (benchmarks/ln_inloop_probe.py, 2026-11-30)."""
     def plans(K):
-        x = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, K))
+        x = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, K), device=torch.device("cpu"))
         return norm_gemm._candidate_plans(x, center=True)
 
     whole = plans(1024)
@@ -116,7 +116,8 @@ def test_gpu_layer_norm_in_loop_plans_only_with_whole_k_tiles():
     in_loop = [cfg for name, cfg in plans(1088) if name == "in_loop"]  # 1088 = 17·64: the 64-wide K tiles only
     assert in_loop and all(1088 % cfg["BLOCK_K"] == 0 for cfg in in_loop)
     assert len(in_loop) < len(norm_gemm._GPU_CONFIGS)  # the 128-wide K tile config is left out
-    rms = norm_gemm._candidate_plans(types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, 1000)))
+    rms = norm_gemm._candidate_plans(types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, 1000),
+                                                        device=torch.device("cpu")))
     assert {p[0] for p in rms} == set(norm_gemm.PROLOGUES)  # RMSNorm has no shift and no masked branch
 
 

@@ -81,6 +81,36 @@ def test_short_kernels_through_the_op_stay_unfused_unless_cudagraphs(measured):
         assert selection.choose(small, op_config).fused
 
 
+def test_gluon_plan_pays_its_host_launch_cost(measured, monkeypatch, tmp_path):
+    """A Gluon plan is launched from Python each call: the decision counts max(GPU, host) unless CUDA graphs
+    replay the launches, and takes the best plan Inductor launches itself where that is faster. Numbers from the
+    H200 LayerNorm sweep (2026-11-30): 65536x1024x256 measured 0.091 ms on the GPU, ran 0.32 ms per call."""
+    numbers, calls, _ = measured
+    gluon = ["gluon_in_loop", {"BLOCK_M": 128}]
+    triton = ["in_loop", {"BLOCK_M": 128}]
+    site = selection.MatmulSite(**{**CUDA_SITE.__dict__, "M": 65536, "norm": "ln"})
+
+    def choose(site, **changes):  # measured afresh: no cached choice in memory or on disk
+        numbers.update(changes)
+        monkeypatch.setattr(selection, "_MEMORY", {})
+        return selection.choose(site, NormFusionConfig(cache_dir=str(tmp_path / str(len(calls)))))
+
+    # the Triton plan still beats the unfused bound: it is taken, with the reason
+    choice = choose(site, fused_ms=0.091, mm_ms=0.063, copy_ms=0.065, plan=gluon, host_ms=0.25, direct_ms=0.098,
+                    direct_plan=triton)
+    assert choice.fused and choice.plan == tuple(triton) and "Triton mainloop" in choice.reason
+    # neither beats the bound once the host cost counts: unfused
+    choice = choose(site, direct_ms=0.13)
+    assert not choice.fused and "0.2500 ms of host time" in choice.reason
+    # under CUDA graphs the host cost is gone: the Gluon plan on its GPU time
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        choice = choose(site)
+    assert choice.fused and choice.plan == tuple(gluon)
+    # a large site hides the launch: the Gluon plan on its GPU time
+    choice = choose(CUDA_SITE, fused_ms=0.31, mm_ms=0.24, copy_ms=0.25, host_ms=0.12, direct_ms=0.34)
+    assert choice.fused and choice.plan == tuple(gluon) and "GPU 0.3100" in choice.reason
+
+
 def test_plan_is_kept_with_the_choice(measured, monkeypatch):
     numbers, calls, config = measured
     plan = ["pre_pass", {"BLOCK_M": 128, "BLOCK_N": 256}]

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("norm_gemm", "norm_attention", "qk_norm_attention")
+MODULES = ("norm_gemm", "norm_gemm_gluon", "norm_attention", "qk_norm_attention")
 
 
 def _skip_reason():
@@ -126,6 +126,10 @@ def _specialize(value):
         return ("i32" if -2**31 <= value < 2**31 else "i64"), value % 16 == 0
     if isinstance(value, float):
         return "fp32", False
+    if type(value).__name__ == "TensorDescriptor":  # a Gluon host descriptor: its block type and layout
+        from triton.runtime.jit import mangle_type
+
+        return mangle_type(value), False
     raise TypeError(f"argument {value!r}")
 
 
@@ -143,6 +147,8 @@ def _compile_spec(kernel, args, kwargs) -> dict:
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     options = {k: v for k, v in kwargs.items() if k not in names}  # num_warps, num_stages, ...
+    if "num_warps" in names:  # a Gluon kernel takes num_warps as a constexpr too
+        options["num_warps"] = kwargs["num_warps"]
     return dict(kernel=kernel.__name__, signature=signature, constexprs=constexprs, attrs=attrs, options=options)
 
 
@@ -164,6 +170,8 @@ def _compile_sm90(module_name: str, spec: dict):
 
     kernel = getattr(sys.modules[module_name], spec["kernel"])
     start = time.perf_counter()
+    if kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     try:
         src = ASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
         triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
@@ -246,6 +254,21 @@ def _norm_gemm(ng):
                 dgrad(width, plan, **flags)
 
 
+def _norm_gemm_gluon(ngg):
+    from norm_fusion_inductor.kernels import norm_gemm
+
+    norm_gemm._num_sms = lambda index: 132
+    M, K, N = 1024, 1024, 1024
+    x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
+    rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
+    for cfg in ngg.CONFIGS:  # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm)
+        ngg.launch(x, w, out, cfg)
+        ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6, write_stats=True)
+        ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
+                   mean=mean, u=u, eps=1e-6, write_stats=True)
+        ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6)
+
+
 def _norm_attention(na):
     # H = 2 heads: the kernels unroll their loops over the heads (at H = 8 one dq kernel took a minute to compile)
     T, B, kv_len, H = 1024, 4, 200, 2
@@ -283,7 +306,7 @@ def _qk_norm_attention(qk):
                     q_hat, k_hat)
 
 
-SCENARIOS = {"norm_gemm": _norm_gemm, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
+SCENARIOS = {"norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
 # Inductor's generated code launches these itself (direct launch) and passes Python floats as fp64 (Triton's
 # launcher: fp32): their first launch is compiled that way too
 FP64_SCALARS = ("norm_gemm_kernel", "row_stats_kernel")

@@ -65,6 +65,12 @@ and Σ dn (dβ) summed on the host side.
 The GEMM is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs, each walking
 output tiles in grouped (GROUP_M) order so consecutive tiles share A/B in L2. With ROW_STATS=False and
 HAS_GAMMA=False it is a plain GEMM, which the benchmark uses to measure the cost of the prologue.
+
+The pre-norm prologues also run on a second, hand-scheduled mainloop written in Gluon (``norm_gemm_gluon``:
+the next tile's loads overlap this tile's epilogue, and the in-loop statistics read the x tile from shared memory
+beside an asynchronous wgmma, with γ folded into W): plans named "gluon_in_loop" / "gluon_pre_pass", offered on
+sm_90 for 16-bit inputs with W [N, K], and timed against the plans above like any other. Inductor cannot launch
+Gluon kernels from its generated code, so a site whose chosen plan is a Gluon one runs through the custom op.
 """
 
 from __future__ import annotations
@@ -516,12 +522,15 @@ def _ensure_allocator() -> None:
         triton.set_allocator(alloc)
 
 
+def _traced(x: torch.Tensor) -> bool:
+    """Whether the pass is tracing the op into its graph (fake/functional tensors) rather than running it."""
+    return isinstance(x, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor))
+
+
 def _launcher(kernel, x: torch.Tensor):
     """The kernel itself when called on real tensors; wrapped by ``torch.library.wrap_triton`` while Inductor's
-    pass traces the op into its graph (fake/functional tensors), so the generated code launches it directly."""
-    if isinstance(x, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor)):
-        return torch.library.wrap_triton(kernel)
-    return kernel
+    pass traces the op into its graph, so the generated code launches it directly."""
+    return torch.library.wrap_triton(kernel) if _traced(x) else kernel
 
 
 def _bucket(m: int) -> int:
@@ -634,6 +643,11 @@ def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None
     k_dim = 0 if w_kn else 1  # w's K axis
     if center:  # β and the linear's bias become one epilogue bias: v = W β + b (fp32)
         bias = _fold_bias(w, beta, bias, k_dim)
+    if prologue.startswith(GLUON):  # the same prologue on the hand-scheduled Hopper mainloop
+        from . import norm_gemm_gluon
+
+        assert not w_kn, "the Gluon mainloop takes weights stored [N, K]"
+        return norm_gemm_gluon.run(prologue[len(GLUON):], cfg, x, _fold(w, gamma), out, rstd, eps, bias, mean)
     if prologue == "in_loop":
         if gamma is None:
             # The x tile must reach the tensor cores through registers (where Σx² reads it): fed straight from
@@ -710,9 +724,11 @@ def supports(x: torch.Tensor, w: torch.Tensor, w_kn: bool = False, center: bool 
 
 
 PROLOGUES = ("in_loop", "pre_pass")
+GLUON = "gluon_"  # prefix of the plans that run on norm_gemm_gluon's mainloop (sm_90, 16-bit, W [N, K])
+ALL_PROLOGUES = PROLOGUES + tuple(GLUON + p for p in PROLOGUES)
 
 
-def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
+def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) -> list[tuple]:
     prologues = PROLOGUES
     if center and x.dtype == torch.float32:
         # LayerNorm pre-pass: its mean correction cancels to fp32 accumulation error ∝ |μ|/σ, measured 3.5x the
@@ -728,11 +744,15 @@ def _candidate_plans(x: torch.Tensor, center: bool = False) -> list[tuple]:
     # x − s made two of five configs wrong (errors 0.05–0.38, 2.3e2 at |μ| = 1000σ) even where K is a multiple
     # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/ln_inloop_probe.py,
     # H200, 2026-11-30). So the GPU runs it only where K % BLOCK_K == 0 (the kernel then has no where).
-    return [(prologue, cfg) for prologue in prologues for cfg in configs
-            if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
+    plans = [(prologue, cfg) for prologue in prologues for cfg in configs
+             if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
+    from . import norm_gemm_gluon
+
+    return plans + [(GLUON + prologue, cfg) for prologue in prologues for cfg in norm_gemm_gluon.CONFIGS
+                    if norm_gemm_gluon.unsupported_reason(x.dtype, x.device, K, cfg, prologue, center, w_kn) is None]
 
 
-def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:
+def tuned_plan(x, w, gamma, bias, eps, prologues=ALL_PROLOGUES, beta=None, center=False, w_kn=False) -> tuple:
     """Time every (prologue, config) once per (M bucket, N, K, dtype, flags) and cache the fastest."""
     M, K = x.shape
     N = w.shape[1 if w_kn else 0]
@@ -740,7 +760,7 @@ def tuned_plan(x, w, gamma, bias, eps, prologues=PROLOGUES, beta=None, center=Fa
            center, w_kn, tuple(prologues))
     if key in _TUNED:
         return _TUNED[key]
-    plans = [p for p in _candidate_plans(x, center) if p[0] in prologues]
+    plans = [p for p in _candidate_plans(x, center, w_kn) if p[0] in prologues]
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
     rstd = torch.empty(M, device=x.device, dtype=torch.float32)
     mean = torch.empty(M, device=x.device, dtype=torch.float32) if center else None

@@ -1,0 +1,155 @@
+"""The Gluon mainloop (kernels/norm_gemm_gluon.py) on the GPU: every prologue and config against float64, then
+timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best config.
+
+    python benchmarks/gluon_probe.py [--json F]
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+from norm_fusion_inductor.kernels import norm_gemm as tri
+from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
+
+EPS = 1e-6
+CHECK_SHAPES = [(1000, 768, 776), (4096, 1024, 768), (333, 256, 2048)]
+TIME_SHAPES = [(65536, 1024, 1024), (65536, 2048, 1024), (262144, 1024, 256), (262144, 256, 1024),
+               (16384, 4096, 4096), (65536, 2048, 256)]
+
+
+def rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+def reference(x, g, b, w, bias, layer_norm):
+    x64 = x.double()
+    if layer_norm:
+        h = (x64 - x64.mean(1, keepdim=True)) * torch.rsqrt(x64.var(1, unbiased=False, keepdim=True) + EPS)
+        h = h * g.double() + b.double()
+    else:
+        h = x64 * torch.rsqrt(x64.pow(2).mean(1, keepdim=True) + EPS) * g.double()
+    return h @ w.double().t() + (bias.double() if bias is not None else 0)
+
+
+def check():
+    worst = 0.0
+    for M, K, N in CHECK_SHAPES:
+        for layer_norm in (False, True):
+            for shift in ((0.0, 1000.0) if layer_norm else (0.0,)):
+                torch.manual_seed(M + K + N)
+                x = (torch.randn(M, K, device="cuda") + shift).bfloat16()
+                g = (1 + 0.1 * torch.randn(K, device="cuda")).bfloat16()
+                b = (0.1 * torch.randn(K, device="cuda")).bfloat16()
+                w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
+                bias = torch.randn(N, device="cuda").bfloat16()
+                ref = reference(x, g, b, w, bias, layer_norm)
+                if layer_norm:
+                    unfused = F.linear(F.layer_norm(x, (K,), g, b, EPS), w, bias)
+                else:
+                    unfused = F.linear(F.rms_norm(x, (K,), g, EPS), w, bias)
+                for i, cfg in enumerate(glu.CONFIGS):
+                    for prologue in ("in_loop", "pre_pass"):
+                        if glu.unsupported_reason(x.dtype, x.device, K, cfg, prologue, layer_norm):
+                            continue
+                        plan = ("gluon_" + prologue, cfg)
+                        if layer_norm:
+                            out, mean, rstd = tri.layer_norm_matmul(x, g, b, w, bias, EPS, plan=plan)
+                        else:
+                            (out, rstd), mean = tri.rms_norm_matmul(x, g, w, bias, EPS, plan=plan), None
+                        err = rel(out, ref)
+                        worst = max(worst, err / max(rel(unfused, ref), 1e-3))
+                        x64 = x.double()
+                        ref_rstd = torch.rsqrt((x64.var(1, unbiased=False) if layer_norm else x64.pow(2).mean(1)) + EPS)
+                        print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{i} {prologue}: "
+                              f"out {err:.2e} (unfused {rel(unfused, ref):.2e}) rstd {rel(rstd, ref_rstd):.1e}"
+                              + (f" mean {rel(mean, x64.mean(1)):.1e}" if layer_norm else ""), flush=True)
+        # the plain GEMM
+        x = torch.randn(M, K, device="cuda").bfloat16()
+        w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
+        for i, cfg in enumerate(glu.CONFIGS):
+            out, _ = tri.rms_norm_matmul(x, None, w, None, EPS, plan=("gluon_plain", cfg))
+            print(f"check plain {M}x{K}x{N} cfg{i}: {rel(out, x.double() @ w.double().t()):.2e}", flush=True)
+    print(f"check worst error / unfused error: {worst:.2f}")
+
+
+def bench(fns, rounds=3):
+    t = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t[k].append(do_bench(f, warmup=10, rep=40, return_mode="median"))
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
+def timing(json_path):
+    rows = []
+    tri_cfg = tri._GPU_CONFIGS[0]
+    for M, K, N in TIME_SHAPES:
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+        w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+        normed = F.rms_norm(x, (K,), g, EPS)
+        cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS))
+        cnorm(x, g)
+        fns = {"cublas": lambda: torch.mm(normed, w.t()), "inductor_norm": lambda: cnorm(x, g)}
+        for p in ("plain", "in_loop", "pre_pass"):
+            fns[f"triton_{p}"] = lambda p=p: tri.rms_norm_matmul(x, g, w, None, EPS, plan=(p, tri_cfg))
+        for i, cfg in enumerate(glu.CONFIGS):
+            if glu.unsupported_reason(x.dtype, x.device, K, cfg, "in_loop", False):
+                continue
+            for p in ("plain", "in_loop", "pre_pass"):
+                fns[f"gluon{i}_{p}"] = lambda p=p, cfg=cfg: tri.rms_norm_matmul(x, g, w, None, EPS,
+                                                                                 plan=("gluon_" + p, cfg))
+        t = bench(fns)
+        unfused = t["cublas"] + t["inductor_norm"]
+        best = min((v, k) for k, v in t.items() if k.endswith("in_loop") or k.endswith("pre_pass"))
+        print(f"\n{M}x{K}x{N}: cuBLAS {t['cublas']:.4f} norm {t['inductor_norm']:.4f} unfused {unfused:.4f} "
+              f"| best fused {best[1]} {best[0]:.4f} hidden {100 * (unfused - best[0]) / t['inductor_norm']:.0f}%")
+        for k, v in t.items():
+            if k not in ("cublas", "inductor_norm"):
+                print(f"  {k:18s} {v:.4f}  ({v / t['cublas']:.3f}x cuBLAS)")
+        rows.append(dict(shape=[M, K, N], times=t))
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(dict(gluon_configs=glu.CONFIGS, triton_config=tri_cfg, rows=rows), fh, indent=1)
+
+
+def host_cost():
+    """Host time per call (µs) of the eager entry point with a Triton and a Gluon plan, at a shape whose GPU time
+    is tiny: the Gluon plans run through the custom op (no direct launch), so this is what they add per call."""
+    import time
+
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    g = torch.ones(1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    for name, plan in (("triton in_loop", ("in_loop", tri._GPU_CONFIGS[0])),
+                       ("gluon in_loop", ("gluon_in_loop", glu.CONFIGS[0]))):
+        for _ in range(20):
+            tri.rms_norm_matmul(x, g, w, None, EPS, plan=plan)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(200):
+            tri.rms_norm_matmul(x, g, w, None, EPS, plan=plan)
+        host = (time.perf_counter() - start) / 200 * 1e6
+        torch.cuda.synchronize()
+        print(f"host {name}: {host:.1f} us per call")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--no-timing", action="store_true")
+    args = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__)
+    if not args.no_check:
+        check()
+    host_cost()
+    if not args.no_timing:
+        timing(args.json)
+
+
+if __name__ == "__main__":
+    main()

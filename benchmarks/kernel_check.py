@@ -13,6 +13,7 @@ sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from tests.helpers import ln_linear_reference64, rel_err, rms_linear_reference64  # noqa: E402
 
 from norm_fusion_inductor.kernels import norm_gemm as kern  # noqa: E402
+from norm_fusion_inductor.kernels import norm_gemm_gluon  # noqa: E402
 
 
 def main():
@@ -31,9 +32,16 @@ def main():
     w = (torch.randn(N, K, device="cuda") / K**0.5).to(dt)
     bias = torch.randn(N, device="cuda").to(dt)
     for gamma in (g, None):
-        for prologue in kern.PROLOGUES:
-            # every config, also those _candidate_plans leaves out (to re-check a known miscompile)
-            configs = kern._GPU_CONFIGS if dt != torch.float32 else [dict(c, BLOCK_K=32) for c in kern._GPU_CONFIGS]
+        for prologue in kern.ALL_PROLOGUES:
+            # every config, also those _candidate_plans leaves out (to re-check a known miscompile); the Gluon
+            # mainloop's where it can run the operands at all
+            if prologue.startswith(kern.GLUON):
+                configs = [c for c in norm_gemm_gluon.CONFIGS if norm_gemm_gluon.unsupported_reason(
+                    dt, x.device, K, c, prologue.removeprefix(kern.GLUON), args.norm == "ln") is None]
+            elif dt == torch.float32:
+                configs = [dict(c, BLOCK_K=32) for c in kern._GPU_CONFIGS]
+            else:
+                configs = kern._GPU_CONFIGS
             for cfg in configs:
                 plan = (prologue, cfg)
                 try:
@@ -45,7 +53,8 @@ def main():
                         out, rstd = kern.rms_norm_matmul(x, gamma, w, bias, 1e-6, plan=plan)
                         ref, rrstd = rms_linear_reference64(x, gamma, w, bias, 1e-6)
                         stats = f"rstd {rel_err(rstd, rrstd.flatten()):.1e}"
-                    short = {k: v for k, v in cfg.items() if k in ("BLOCK_N", "BLOCK_K", "num_warps", "FLATTEN")}
+                    short = {k: v for k, v in cfg.items()
+                             if k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "FLATTEN", "NUM_BUFFERS")}
                     print(f"{args.norm} {args.shape} shift={args.shift} gamma={gamma is not None} {prologue} {short}: "
                           f"out {rel_err(out, ref):.1e} {stats}", flush=True)
                 except Exception as e:

@@ -5,14 +5,16 @@ timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best c
 """
 import argparse
 import json
-import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 from norm_fusion_inductor.kernels import norm_gemm as tri
 from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+from benchmarks.kernel_probe import bench  # noqa: E402
 
 EPS = 1e-6
 CHECK_SHAPES = [(1000, 768, 776), (4096, 1024, 768), (333, 256, 2048)]
@@ -75,14 +77,6 @@ def check():
     print(f"check worst error / unfused error: {worst:.2f}")
 
 
-def bench(fns, rounds=3):
-    t = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t[k].append(do_bench(f, warmup=10, rep=40, return_mode="median"))
-    return {k: statistics.median(v) for k, v in t.items()}
-
-
 def timing(json_path):
     rows = []
     tri_cfg = tri._GPU_CONFIGS[0]
@@ -102,7 +96,7 @@ def timing(json_path):
             for p in ("plain", "in_loop", "pre_pass"):
                 fns[f"gluon{i}_{p}"] = lambda p=p, cfg=cfg: tri.rms_norm_matmul(x, g, w, None, EPS,
                                                                                  plan=("gluon_" + p, cfg))
-        t = bench(fns)
+        t = bench(fns, rounds=3, rep=40)
         unfused = t["cublas"] + t["inductor_norm"]
         best = min((v, k) for k, v in t.items() if k.endswith("in_loop") or k.endswith("pre_pass"))
         print(f"\n{M}x{K}x{N}: cuBLAS {t['cublas']:.4f} norm {t['inductor_norm']:.4f} unfused {unfused:.4f} "

@@ -44,11 +44,12 @@ MAINLOOP_CANDIDATES = [
 ]
 
 
-def bench(fns, rounds=2):
+def bench(fns, rounds=2, rep=30):
+    """Median of the rounds' medians, the functions interleaved round-robin."""
     t = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
-            t[k].append(do_bench(f, warmup=10, rep=30, return_mode="median"))
+            t[k].append(do_bench(f, warmup=10, rep=rep, return_mode="median"))
     return {k: statistics.median(v) for k, v in t.items()}
 
 

@@ -184,55 +184,19 @@ class NormLinears(nn.Module):
 @pytest.mark.parametrize("norm", ["rms", "ln"])
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 @pytest.mark.parametrize("train", [False, True])
-def test_direct_launch_end_to_end(norm, mode, train):
-    """The kernels launched from Inductor's generated code (no custom-op call left), also under CUDA graphs;
-    outputs and gradients against float64."""
-    from torch._inductor.utils import run_and_get_code
-
-    torch.manual_seed(0)
-    d, n = 1024, 768
-    m = NormLinears(norm, d, n).cuda().bfloat16()
-    with torch.no_grad():
-        m.norm.weight.uniform_(0.5, 1.5)
-    m64 = NormLinears(norm, d, n).cuda().double()
-    m64.load_state_dict(m.state_dict())
-    x = (torch.randn(4, 512, d, device="cuda") + 1).bfloat16().requires_grad_(train)
-    x64 = x.detach().double().requires_grad_(train)
-    nfi.clear_reports()
-    options = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
-    if mode == "reduce-overhead":  # torch.compile takes mode or options, not both
-        options["triton.cudagraphs"] = True
-    c = torch.compile(m, backend="norm_fusion", options=options)
-    with torch.set_grad_enabled(train):
-        _, code = run_and_get_code(c, x)
-        for _ in range(2):  # CUDA graphs: the first call warms up, the second records, the third replays
-            _poison_allocator()
-            out = c(x)
-    assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
-    forward_code = code[0]
-    assert "norm_gemm_kernel" in forward_code and "norm_fusion.rms_norm_linear" not in forward_code
-    assert "norm_fusion.layer_norm_linear" not in forward_code
-    ref = m64(x64)
-    assert rel_err(out, ref) < 1e-2
-    if train:
-        _assert_grads_match(out, ref, x, x64, m, m64)
-    torch._dynamo.reset()
-
-
-@pytest.mark.parametrize("norm", ["rms", "ln"])
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-@pytest.mark.parametrize("train", [False, True])
-def test_gluon_plan_end_to_end(norm, mode, train, monkeypatch, tmp_path):
-    """A site whose plan runs on the Gluon mainloop: Inductor's generated code calls the thin launch op (the W·γ,
-    u, v preparation compiled by Inductor around it), also under CUDA graphs; outputs and gradients against
-    float64. The tuner is offered the Gluon plans only, so that this path is the one taken."""
+@pytest.mark.parametrize("mainloop", ["triton", "gluon"])
+def test_direct_launch_end_to_end(norm, mode, train, mainloop, monkeypatch, tmp_path):
+    """The kernels launched from Inductor's generated code (no call of the fused op left), also under CUDA
+    graphs; outputs and gradients against float64. The tuner is offered one mainloop's plans: the Triton kernels
+    are launched by Inductor itself, the Gluon one through its thin launch op (W·γ, u, v compiled by Inductor
+    around it)."""
     from torch._inductor.utils import run_and_get_code
 
     from norm_fusion_inductor import selection
 
     candidates = norm_gemm._candidate_plans
     monkeypatch.setattr(norm_gemm, "_candidate_plans", lambda *a, **k: [
-        p for p in candidates(*a, **k) if p[0].startswith(norm_gemm.GLUON)])
+        p for p in candidates(*a, **k) if p[0].startswith(norm_gemm.GLUON) == (mainloop == "gluon")])
     monkeypatch.setattr(selection, "_MEMORY", {})
     monkeypatch.setattr(norm_gemm, "_TUNED", {})
     torch.manual_seed(0)
@@ -246,17 +210,19 @@ def test_gluon_plan_end_to_end(norm, mode, train, monkeypatch, tmp_path):
     x64 = x.detach().double().requires_grad_(train)
     nfi.clear_reports()
     options = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS, "cache_dir": str(tmp_path)}}
-    if mode == "reduce-overhead":
+    if mode == "reduce-overhead":  # torch.compile takes mode or options, not both
         options["triton.cudagraphs"] = True
     c = torch.compile(m, backend="norm_fusion", options=options)
     with torch.set_grad_enabled(train):
         _, code = run_and_get_code(c, x)
-        for _ in range(2):
+        for _ in range(2):  # CUDA graphs: the first call warms up, the second records, the third replays
             _poison_allocator()
             out = c(x)
     assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
-    assert "gluon_norm_gemm" in code[0] and "norm_fusion.layer_norm_linear" not in code[0]
-    assert "norm_fusion.rms_norm_linear" not in code[0]
+    forward_code = code[0]
+    assert ("gluon_norm_gemm" if mainloop == "gluon" else "norm_gemm_kernel") in forward_code
+    assert "norm_fusion.rms_norm_linear" not in forward_code
+    assert "norm_fusion.layer_norm_linear" not in forward_code
     ref = m64(x64)
     assert rel_err(out, ref) < 1e-2
     if train:

@@ -111,6 +111,20 @@ def test_gluon_plan_pays_its_host_launch_cost(measured, monkeypatch, tmp_path):
     assert choice.fused and choice.plan == tuple(gluon) and "GPU 0.3100" in choice.reason
 
 
+def test_host_time_is_measured_without_the_python_dispatcher():
+    """Inductor's compile runs the pass under the Python dispatcher, which inflates eager host time; the compiled
+    graph does not run under it, so the host measurement turns it off."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    key = torch._C.DispatchKey.PythonDispatcher
+    seen = []
+    with enable_python_dispatcher():
+        ms = selection._host_ms(lambda: seen.append(torch._C._dispatch_tls_is_dispatch_key_included(key)),
+                                calls=5, sync=lambda: None)
+        assert torch._C._dispatch_tls_is_dispatch_key_included(key)  # restored after
+    assert seen == [False] * 6 and ms >= 0
+
+
 def test_plan_is_kept_with_the_choice(measured, monkeypatch):
     numbers, calls, config = measured
     plan = ["pre_pass", {"BLOCK_M": 128, "BLOCK_N": 256}]

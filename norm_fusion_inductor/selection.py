@@ -118,7 +118,7 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
             plan = _cached(site, config, "plan", _tune)["plan"]
         except Exception as e:  # no plan tuned: the op tunes at run time
             return Choice(True, "fused_triton", f"policy=always (tuning failed: {type(e).__name__}: {e})")
-        return Choice(True, "fused_triton", "policy=always", plan)
+        return Choice(True, "fused_triton", f"policy=always; plan {_plan_name(plan)}", plan)
     return _measured_choice(site, config)
 
 
@@ -176,7 +176,15 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
             and not torch._inductor.config.triton.cudagraphs):
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
-    return Choice(True, "fused_triton", detail, plan)
+    return Choice(True, "fused_triton", f"{detail}; plan {_plan_name(plan)}", plan)
+
+
+def _plan_name(plan) -> str:
+    """"gluon_in_loop 128x256x64", for the site's reason: which mainloop and prologue run it."""
+    if not plan:
+        return "tuned at run time"
+    cfg = plan[1]
+    return f"{plan[0]} {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')}x{cfg.get('BLOCK_K')}"
 
 
 def _with_host_cost(t: dict) -> tuple:

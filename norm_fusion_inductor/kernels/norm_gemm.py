@@ -69,8 +69,8 @@ HAS_GAMMA=False it is a plain GEMM, which the benchmark uses to measure the cost
 The pre-norm prologues also run on a second, hand-scheduled mainloop written in Gluon (``norm_gemm_gluon``:
 the next tile's loads overlap this tile's epilogue, and the in-loop statistics read the x tile from shared memory
 beside an asynchronous wgmma, with γ folded into W): plans named "gluon_in_loop" / "gluon_pre_pass", offered on
-sm_90 for 16-bit inputs with W [N, K], and timed against the plans above like any other. Inductor cannot launch
-Gluon kernels from its generated code, so a site whose chosen plan is a Gluon one runs through the custom op.
+sm_90 for 16-bit inputs with W [N, K], and timed against the plans above like any other. Inductor cannot emit
+Gluon kernels into its generated code: a traced Gluon plan launches through a thin custom op (its module doc).
 """
 
 from __future__ import annotations

@@ -191,8 +191,8 @@ def _with_host_cost(t: dict) -> tuple:
     """(fused ms, plan, note) for the decision. A Gluon plan's kernel is launched from Python (a thin op in
     Inductor's graph, ~0.1–0.3 ms of host time per call on the H200 host), which a small site cannot hide: its
     time is max(GPU, host) unless CUDA graphs replay the launches, and the best plan Inductor launches itself
-    (GPU time) is taken instead where that is faster (LayerNorm sweep, 2026-11-30: three sites measured
-    0.06–0.12 ms on the GPU ran 0.20–0.32 ms per call)."""
+    (GPU time) is taken instead where that is faster (LayerNorm sweep, 2026-11-30: four sites measured
+    0.06–0.15 ms on the GPU ran 0.20–0.32 ms per call)."""
     fused_ms, plan = t["fused_ms"], t.get("plan")
     if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
         return fused_ms, plan, ""

@@ -15,25 +15,12 @@ from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from benchmarks.kernel_probe import bench  # noqa: E402
+from tests.helpers import ln_linear_reference64, rel_err, rms_linear_reference64  # noqa: E402
 
 EPS = 1e-6
 CHECK_SHAPES = [(1000, 768, 776), (4096, 1024, 768), (333, 256, 2048)]
 TIME_SHAPES = [(65536, 1024, 1024), (65536, 2048, 1024), (262144, 1024, 256), (262144, 256, 1024),
                (16384, 4096, 4096), (65536, 2048, 256)]
-
-
-def rel(a, b):
-    return ((a.double() - b).norm() / b.norm()).item()
-
-
-def reference(x, g, b, w, bias, layer_norm):
-    x64 = x.double()
-    if layer_norm:
-        h = (x64 - x64.mean(1, keepdim=True)) * torch.rsqrt(x64.var(1, unbiased=False, keepdim=True) + EPS)
-        h = h * g.double() + b.double()
-    else:
-        h = x64 * torch.rsqrt(x64.pow(2).mean(1, keepdim=True) + EPS) * g.double()
-    return h @ w.double().t() + (bias.double() if bias is not None else 0)
 
 
 def check():
@@ -47,7 +34,10 @@ def check():
                 b = (0.1 * torch.randn(K, device="cuda")).bfloat16()
                 w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
                 bias = torch.randn(N, device="cuda").bfloat16()
-                ref = reference(x, g, b, w, bias, layer_norm)
+                if layer_norm:
+                    ref, ref_mean, ref_rstd = ln_linear_reference64(x, g, b, w, bias, EPS)
+                else:
+                    (ref, ref_rstd), ref_mean = rms_linear_reference64(x, g, w, bias, EPS), None
                 if layer_norm:
                     unfused = F.linear(F.layer_norm(x, (K,), g, b, EPS), w, bias)
                 else:
@@ -61,19 +51,18 @@ def check():
                             out, mean, rstd = tri.layer_norm_matmul(x, g, b, w, bias, EPS, plan=plan)
                         else:
                             (out, rstd), mean = tri.rms_norm_matmul(x, g, w, bias, EPS, plan=plan), None
-                        err = rel(out, ref)
-                        worst = max(worst, err / max(rel(unfused, ref), 1e-3))
-                        x64 = x.double()
-                        ref_rstd = torch.rsqrt((x64.var(1, unbiased=False) if layer_norm else x64.pow(2).mean(1)) + EPS)
+                        err = rel_err(out, ref)
+                        worst = max(worst, err / max(rel_err(unfused, ref), 1e-3))
                         print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{i} {prologue}: "
-                              f"out {err:.2e} (unfused {rel(unfused, ref):.2e}) rstd {rel(rstd, ref_rstd):.1e}"
-                              + (f" mean {rel(mean, x64.mean(1)):.1e}" if layer_norm else ""), flush=True)
+                              f"out {err:.2e} (unfused {rel_err(unfused, ref):.2e}) "
+                              f"rstd {rel_err(rstd, ref_rstd.flatten()):.1e}"
+                              + (f" mean {rel_err(mean, ref_mean.flatten()):.1e}" if layer_norm else ""), flush=True)
         # the plain GEMM
         x = torch.randn(M, K, device="cuda").bfloat16()
         w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
         for i, cfg in enumerate(glu.CONFIGS):
             out, _ = tri.rms_norm_matmul(x, None, w, None, EPS, plan=("gluon_plain", cfg))
-            print(f"check plain {M}x{K}x{N} cfg{i}: {rel(out, x.double() @ w.double().t()):.2e}", flush=True)
+            print(f"check plain {M}x{K}x{N} cfg{i}: {rel_err(out, x.double() @ w.double().t()):.2e}", flush=True)
     print(f"check worst error / unfused error: {worst:.2f}")
 
 

@@ -1,8 +1,10 @@
 """Probe of the prenorm GEMM kernel alone: every (prologue, block config) against cuBLAS and Inductor's norm,
 side by side in one run.
 
-    python benchmarks/kernel_probe.py                 # the shipped configs
-    python benchmarks/kernel_probe.py --mainloop      # candidate mainloop configs (subtiled epilogue, 2 CTAs/SM)
+    python benchmarks/kernel_probe.py [--json F]
+
+(The --mainloop mode that timed candidate configs — a subtiled epilogue store, two CTAs per SM — and the kernel
+options it needed are in commit 0376a52; measured slower on the H200, 2026-11-30, and removed.)
 """
 import argparse
 import json
@@ -16,32 +18,6 @@ from norm_fusion_inductor.kernels import norm_gemm as kern
 
 EPS = 1e-6
 SHAPES = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]
-MAINLOOP_SHAPES = [(65536, 1024, 1024), (65536, 2048, 1024), (262144, 1024, 256), (262144, 256, 1024),
-                   (16384, 4096, 4096)]
-
-
-def _cfg(bm, bn, bk, stages, warps, flatten=False, subtile=1, ctas=1, group_m=8):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_stages=stages, num_warps=warps,
-                WARP_SPECIALIZE=False, FLATTEN=flatten, EPILOGUE_SUBTILE=subtile, CTAS_PER_SM=ctas)
-
-
-# What the shipped list lacks: a halved epilogue staging buffer (room for one more stage), two CTAs per SM
-# (one's epilogue under the other's mainloop), wider grouping.
-MAINLOOP_CANDIDATES = [
-    _cfg(128, 256, 64, 3, 8),
-    _cfg(128, 256, 64, 3, 8, subtile=2),
-    _cfg(128, 256, 64, 4, 8, subtile=2),
-    _cfg(128, 256, 64, 3, 8, flatten=True, subtile=2),
-    _cfg(128, 256, 64, 3, 8, subtile=2, group_m=16),
-    _cfg(128, 256, 64, 3, 8, subtile=2, group_m=4),
-    _cfg(256, 128, 64, 3, 8, subtile=2),
-    _cfg(128, 128, 64, 4, 4, flatten=True),
-    _cfg(128, 128, 64, 4, 8, subtile=2),
-    _cfg(128, 128, 64, 2, 4, ctas=2),
-    _cfg(128, 128, 64, 3, 4, subtile=2, ctas=2),
-    _cfg(128, 128, 64, 2, 8, subtile=2, ctas=2),
-    _cfg(64, 256, 64, 2, 4, subtile=2, ctas=2),
-]
 
 
 def bench(fns, rounds=2, rep=30):
@@ -55,16 +31,14 @@ def bench(fns, rounds=2, rep=30):
 
 def _label(c):
     return (f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']} "
-            f"g{c['GROUP_M']} flat{int(c['FLATTEN'])} sub{c.get('EPILOGUE_SUBTILE', 1)} cta{c.get('CTAS_PER_SM', 1)}")
+            f"g{c['GROUP_M']} flat{int(c['FLATTEN'])}")
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mainloop", action="store_true", help="candidate mainloop configs instead of the shipped")
     ap.add_argument("--json", help="write the timings here")
     args = ap.parse_args()
-    configs = MAINLOOP_CANDIDATES if args.mainloop else kern._GPU_CONFIGS
-    shapes = MAINLOOP_SHAPES if args.mainloop else SHAPES
+    configs, shapes = kern._GPU_CONFIGS, SHAPES
     print(torch.cuda.get_device_name(), torch.__version__)
     rows = []
     for M, K, N in shapes:

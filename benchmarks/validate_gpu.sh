@@ -10,7 +10,6 @@
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon    # the Gluon mainloop's GPU tests, float64 check, host cost    (~4 min?)
-#   bash benchmarks/validate_gpu.sh mainloop # candidate mainloop configs against cuBLAS                   (~4 min?)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
@@ -90,9 +89,6 @@ gluon)  # the Gluon mainloop: its GPU tests (every plan vs float64), the probe's
         --show-capture=no --tb=short > "$OUT/gluon_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/gluon_tests.log" | tail -12
     timeout 300 python3 benchmarks/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
     grep -E "worst|host|Error|x cuBLAS|hidden" "$OUT/gluon_check.log"
-    ;;
-mainloop)  # candidate mainloop configs (subtiled epilogue, 2 CTAs/SM) vs cuBLAS, every prologue (~4 min?)
-    timeout 420 python3 benchmarks/kernel_probe.py --mainloop --json "$OUT/mainloop.json" 2>&1 | tee "$OUT/mainloop.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

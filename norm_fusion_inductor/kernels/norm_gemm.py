@@ -120,7 +120,6 @@ def norm_gemm_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K tile reaches past K
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr,  # 1, or 2: store the output tile in two halves along N (plain stores only)
 ):
     dtype = out_ptr.dtype.element_ty
     # Inductor passes Python floats as fp64 scalars (Triton's own launcher: fp32); fp64 statistics spilled
@@ -134,7 +133,7 @@ def norm_gemm_kernel(
         w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
     o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
-                                       block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE])
+                                       block_shape=[BLOCK_M, BLOCK_N])
     if POST_NORM != 0:
         # the residual and z through TMA too (pointer accesses in the accumulator's layout are 4-byte scattered
         # loads); a flag that is off gets a descriptor of out, never used
@@ -228,10 +227,6 @@ def norm_gemm_kernel(
                                 num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
                                 HAS_POST_WEIGHT, HAS_POST_BIAS, HAS_RESIDUAL_OUT, EXCHANGE, TILES_POW2,
                                 BLOCK_M, BLOCK_N)
-        elif EPILOGUE_SUBTILE == 2:  # half the shared-memory staging buffer, which leaves room for a stage more
-            left, right = tl.split(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)).permute(0, 2, 1))
-            o_desc.store([off_m, off_n], left.to(dtype))
-            o_desc.store([off_m, off_n + BLOCK_N // 2], right.to(dtype))
         else:
             o_desc.store([off_m, off_n], acc.to(dtype))
 
@@ -565,13 +560,8 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
             w_kn=False, post: RowNorm | None = None):
     M, K = x.shape
     N = out.shape[1]
-    cfg = dict(cfg)
-    # CTAS_PER_SM 2: two persistent CTAs share an SM, so one's epilogue overlaps the other's mainloop
-    ctas_per_sm = cfg.pop("CTAS_PER_SM", 1)
-    cfg.setdefault("EPILOGUE_SUBTILE", 1)
-    assert post is None or (cfg["EPILOGUE_SUBTILE"] == 1 and ctas_per_sm == 1), "row epilogues store whole tiles"
     if x.is_cuda:
-        num_sms = _num_sms(x.device.index or 0) * ctas_per_sm
+        num_sms = _num_sms(x.device.index or 0)
         _ensure_allocator()
     else:
         num_sms = 4

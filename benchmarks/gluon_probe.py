@@ -1,7 +1,8 @@
 """The Gluon mainloop (kernels/norm_gemm_gluon.py) on the GPU: every prologue and config against float64, then
-timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best config.
+timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best config. --ws adds the
+warp-specialized kernel's configs (glu.WS_CONFIGS, not offered to the selection until checked here) to both.
 
-    python benchmarks/gluon_probe.py [--json F]
+    python benchmarks/gluon_probe.py [--ws] [--json F]
 """
 import argparse
 import json
@@ -23,7 +24,14 @@ TIME_SHAPES = [(65536, 1024, 1024), (65536, 2048, 1024), (262144, 1024, 256), (2
                (16384, 4096, 4096), (65536, 2048, 256)]
 
 
-def check():
+def _configs(ws):
+    """(label, cfg) of the configs to check and time: the production ones ("0", "1", ...: cfg0 / gluon0_* as
+    before), and with ``ws`` the warp-specialized ones ("ws0", ...)."""
+    return ([(str(i), c) for i, c in enumerate(glu.CONFIGS)]
+            + [(f"ws{i}", c) for i, c in enumerate(glu.WS_CONFIGS) if ws])
+
+
+def check(configs):
     worst = 0.0
     for M, K, N in CHECK_SHAPES:
         for layer_norm in (False, True):
@@ -42,7 +50,7 @@ def check():
                     unfused = F.linear(F.layer_norm(x, (K,), g, b, EPS), w, bias)
                 else:
                     unfused = F.linear(F.rms_norm(x, (K,), g, EPS), w, bias)
-                for i, cfg in enumerate(glu.CONFIGS):
+                for label, cfg in configs:
                     for prologue in ("in_loop", "pre_pass"):
                         if glu.unsupported_reason(x.dtype, x.device, K, cfg, prologue, layer_norm):
                             continue
@@ -53,20 +61,21 @@ def check():
                             (out, rstd), mean = tri.rms_norm_matmul(x, g, w, bias, EPS, plan=plan), None
                         err = rel_err(out, ref)
                         worst = max(worst, err / max(rel_err(unfused, ref), 1e-3))
-                        print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{i} {prologue}: "
+                        print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{label} "
+                              f"{prologue}: "
                               f"out {err:.2e} (unfused {rel_err(unfused, ref):.2e}) "
                               f"rstd {rel_err(rstd, ref_rstd.flatten()):.1e}"
                               + (f" mean {rel_err(mean, ref_mean.flatten()):.1e}" if layer_norm else ""), flush=True)
         # the plain GEMM
         x = torch.randn(M, K, device="cuda").bfloat16()
         w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
-        for i, cfg in enumerate(glu.CONFIGS):
+        for label, cfg in configs:
             out, _ = tri.rms_norm_matmul(x, None, w, None, EPS, plan=("gluon_plain", cfg))
-            print(f"check plain {M}x{K}x{N} cfg{i}: {rel_err(out, x.double() @ w.double().t()):.2e}", flush=True)
+            print(f"check plain {M}x{K}x{N} cfg{label}: {rel_err(out, x.double() @ w.double().t()):.2e}", flush=True)
     print(f"check worst error / unfused error: {worst:.2f}")
 
 
-def timing(json_path):
+def timing(json_path, configs):
     rows = []
     tri_cfg = tri._GPU_CONFIGS[0]
     for M, K, N in TIME_SHAPES:
@@ -79,12 +88,12 @@ def timing(json_path):
         fns = {"cublas": lambda: torch.mm(normed, w.t()), "inductor_norm": lambda: cnorm(x, g)}
         for p in ("plain", "in_loop", "pre_pass"):
             fns[f"triton_{p}"] = lambda p=p: tri.rms_norm_matmul(x, g, w, None, EPS, plan=(p, tri_cfg))
-        for i, cfg in enumerate(glu.CONFIGS):
+        for label, cfg in configs:
             if glu.unsupported_reason(x.dtype, x.device, K, cfg, "in_loop", False):
                 continue
             for p in ("plain", "in_loop", "pre_pass"):
-                fns[f"gluon{i}_{p}"] = lambda p=p, cfg=cfg: tri.rms_norm_matmul(x, g, w, None, EPS,
-                                                                                 plan=("gluon_" + p, cfg))
+                fns[f"gluon{label}_{p}"] = lambda p=p, cfg=cfg: tri.rms_norm_matmul(x, g, w, None, EPS,
+                                                                                     plan=("gluon_" + p, cfg))
         t = bench(fns, rounds=3, rep=40)
         unfused = t["cublas"] + t["inductor_norm"]
         best = min((v, k) for k, v in t.items() if k.endswith("in_loop") or k.endswith("pre_pass"))
@@ -96,7 +105,7 @@ def timing(json_path):
         rows.append(dict(shape=[M, K, N], times=t))
     if json_path:
         with open(json_path, "w") as fh:
-            json.dump(dict(gluon_configs=glu.CONFIGS, triton_config=tri_cfg, rows=rows), fh, indent=1)
+            json.dump(dict(gluon_configs=[cfg for _, cfg in configs], triton_config=tri_cfg, rows=rows), fh, indent=1)
 
 
 def host_cost():
@@ -125,13 +134,15 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
     args = ap.parse_args()
+    configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)
     if not args.no_check:
-        check()
+        check(configs)
     host_cost()
     if not args.no_timing:
-        timing(args.json)
+        timing(args.json, configs)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon    # the Gluon mainloop's GPU tests, float64 check, host cost    (~4 min?)
+#   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
@@ -89,6 +90,10 @@ gluon)  # the Gluon mainloop: its GPU tests (every plan vs float64), the probe's
         --show-capture=no --tb=short > "$OUT/gluon_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/gluon_tests.log" | tail -12
     timeout 300 python3 benchmarks/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
     grep -E "worst|host|Error|x cuBLAS|hidden" "$OUT/gluon_check.log"
+    ;;
+host)  # where a fused site's host time goes (the Gluon thin op vs Inductor's launch)
+    timeout 150 python3 benchmarks/host_profile.py 65536x512x256 --norm ln 2>&1 | tee "$OUT/host_profile.log" \
+        | grep -E "us/call|site:|Error"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

@@ -53,3 +53,69 @@ def test_no_gluon_plans_off_sm90(monkeypatch):
     plans = norm_gemm._candidate_plans(_x(torch.device("cuda", 0), 1024))
     assert plans and not [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
 
+
+
+class _FakeCompiled:
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, log):
+        self.log = log
+
+    def run(self, *launch):  # grid x, y, z, stream, function, metadata, launch metadata, hooks, then the kernel's
+        self.log.append(("compiled", launch[:3], launch[9:], launch[3]))
+
+
+class _FakeKernel:
+    """Stands in for the Gluon JIT function: records whether a launch went through the JIT or the cache."""
+    arg_names = ["a_ptr", "n", "eps", "BLOCK", "num_warps"]
+
+    def __init__(self):
+        self.log = []
+
+    def __getitem__(self, grid):
+        def jit(*args, **meta):
+            self.log.append(("jit", grid, args, meta))
+            return _FakeCompiled(self.log)
+        return jit
+
+
+@pytest.fixture
+def fake_cuda_launch(monkeypatch):
+    import contextlib
+
+    monkeypatch.setattr(norm_gemm_gluon, "_LAUNCHERS", {})
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    return torch.device("cuda", 0)
+
+
+def test_repeated_launch_skips_the_jit_until_the_specialization_changes(fake_cuda_launch):
+    kernel, buf = _FakeKernel(), torch.zeros(64, dtype=torch.float16)
+    meta = dict(BLOCK=64, num_warps=4)
+
+    def launch(a, n=32, eps=1e-6):
+        norm_gemm_gluon._cached_launch(kernel, lambda: (8, 1, 1), (a, n, eps), meta, fake_cuda_launch)
+        return kernel.log[-1]
+
+    assert launch(buf) == ("jit", (8, 1, 1), (buf, 32, 1e-6), meta)
+    # the compiled kernel gets every parameter in signature order (the constexprs last) on the current stream
+    assert launch(buf) == ("compiled", (8, 1, 1), (buf, 32, 1e-6, 64, 4), 7)
+    assert launch(buf, eps=1e-5)[0] == "compiled"  # float arguments are not specialized on
+    assert launch(buf[1:])[0] == "jit"  # a pointer off 16-byte alignment: another specialization
+    assert launch(buf, n=48)[0] == "jit"  # another integer value
+    assert launch(buf.float())[0] == "jit"  # another dtype
+    assert launch(buf, n=48)[0] == "compiled"
+
+
+def test_through_op_routes_eager_launches_through_the_thin_op(monkeypatch):
+    """The selection times a Gluon plan's host cost through the op the compiled graph calls."""
+    launched = []
+    monkeypatch.setattr(norm_gemm_gluon, "_launch_kernel", lambda *args: launched.append(args))
+    x, w, out = torch.zeros(8, 64, dtype=torch.float16), torch.zeros(16, 64, dtype=torch.float16), torch.zeros(8, 16)
+    cfg = norm_gemm_gluon.CONFIGS[0]
+    norm_gemm_gluon.launch(x, w, out, cfg)
+    assert len(launched) == 1
+    with norm_gemm_gluon.through_op(), pytest.raises(NotImplementedError, match="gluon_norm_gemm.*CPU"):
+        norm_gemm_gluon.launch(x, w, out, cfg)  # the op has a CUDA kernel only
+    assert len(launched) == 1 and not norm_gemm_gluon._THROUGH_OP

@@ -261,12 +261,20 @@ def _norm_gemm_gluon(ngg):
     M, K, N = 1024, 1024, 1024
     x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
     rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
-    for cfg in ngg.CONFIGS:  # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm)
-        ngg.launch(x, w, out, cfg)
-        ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6, write_stats=True)
-        ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
-                   mean=mean, u=u, eps=1e-6, write_stats=True)
-        ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6)
+    cached_launch = ngg._cached_launch
+    ngg._cached_launch = lambda kernel, grid, args, meta, device: kernel[grid()](*args, **meta)  # no CUDA here
+    try:
+        # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm); on both kernels (the
+        # warp-specialized one's configs are not offered to the selection yet, but compiled here)
+        for cfg in ngg.CONFIGS + ngg.WS_CONFIGS:
+            ngg.launch(x, w, out, cfg)
+            ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6,
+                       write_stats=True)
+            ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
+                       mean=mean, u=u, eps=1e-6, write_stats=True)
+            ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6)
+    finally:
+        ngg._cached_launch = cached_launch
 
 
 def _norm_attention(na):

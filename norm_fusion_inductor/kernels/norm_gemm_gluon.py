@@ -371,7 +371,7 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
                               GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               num_warps: gl.constexpr):
     """norm_gemm_gluon_kernel's math and epilogue on a warp-specialized ("cooperative") schedule, as in
-    CUTLASS's sm90 warp-specialized kernels (benchmarks/gluon_ws_probe.py measured it on the H200: its in-loop
+    CUTLASS's sm90 warp-specialized kernels (the probe of commit 63b7537 measured it on the H200: its in-loop
     RMS 1–8 % faster than norm_gemm_gluon_kernel's, the plain GEMM about equal).
 
     Partitions (``gl.warp_specialize``)
@@ -437,7 +437,7 @@ CONFIGS = [
     dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=4, GROUP_M=8, num_warps=4),
 ]
 
-# norm_gemm_gluon_ws_kernel's configs (benchmarks/gluon_ws_probe.py's cooperative ones): not offered to the
+# norm_gemm_gluon_ws_kernel's configs (the cooperative ones of commit 63b7537's probe): not offered to the
 # selection (norm_gemm._candidate_plans) until checked on the GPU (benchmarks/gluon_probe.py --ws). Their registers
 # follow from num_warps (_ws_options).
 WS_CONFIGS = [

@@ -1,10 +1,13 @@
 """The Gluon mainloop (kernels/norm_gemm_gluon.py) on the GPU: every prologue and config against float64, then
 timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best config. --ws adds the
 warp-specialized kernel's configs (glu.WS_CONFIGS, not offered to the selection until checked here) to both.
+--w-kn also checks every config with the weight stored [K, N] (W_KN, GPT-2's Conv1D: out = x @ w), which
+glu.unsupported_reason keeps from the selection until checked here: the plans are forced (plan=..., w_kn=True).
 
-    python benchmarks/gluon_probe.py [--ws] [--json F]
+    python benchmarks/gluon_probe.py [--ws] [--w-kn] [--json F]
 """
 import argparse
+import itertools
 import json
 import sys
 
@@ -31,7 +34,10 @@ def _configs(ws):
             + [(f"ws{i}", c) for i, c in enumerate(glu.WS_CONFIGS) if ws])
 
 
-def check(configs):
+def check(configs, w_kn_too=False):
+    """Every config and prologue against float64, with the weight stored [N, K] and, with ``w_kn_too``, also
+    stored [K, N] (the same weight transposed: the same reference)."""
+    layouts = (False, True) if w_kn_too else (False, )
     worst = 0.0
     for M, K, N in CHECK_SHAPES:
         for layer_norm in (False, True):
@@ -50,28 +56,32 @@ def check(configs):
                     unfused = F.linear(F.layer_norm(x, (K,), g, b, EPS), w, bias)
                 else:
                     unfused = F.linear(F.rms_norm(x, (K,), g, EPS), w, bias)
-                for label, cfg in configs:
+                for (label, cfg), w_kn in itertools.product(configs, layouts):
+                    w_arg = w.t().contiguous() if w_kn else w
                     for prologue in ("in_loop", "pre_pass"):
+                        # asked without w_kn: it rejects W_KN for the selection, which is what is checked here
                         if glu.unsupported_reason(x.dtype, x.device, K, cfg, prologue, layer_norm):
                             continue
                         plan = ("gluon_" + prologue, cfg)
                         if layer_norm:
-                            out, mean, rstd = tri.layer_norm_matmul(x, g, b, w, bias, EPS, plan=plan)
+                            out, mean, rstd = tri.layer_norm_matmul(x, g, b, w_arg, bias, EPS, plan=plan, w_kn=w_kn)
                         else:
-                            (out, rstd), mean = tri.rms_norm_matmul(x, g, w, bias, EPS, plan=plan), None
+                            (out, rstd), mean = tri.rms_norm_matmul(x, g, w_arg, bias, EPS, plan=plan, w_kn=w_kn), None
                         err = rel_err(out, ref)
                         worst = max(worst, err / max(rel_err(unfused, ref), 1e-3))
-                        print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{label} "
-                              f"{prologue}: "
+                        print(f"check {'ln' if layer_norm else 'rms'} shift {shift:g} {M}x{K}x{N} cfg{label}"
+                              f"{' w_kn' if w_kn else ''} {prologue}: "
                               f"out {err:.2e} (unfused {rel_err(unfused, ref):.2e}) "
                               f"rstd {rel_err(rstd, ref_rstd.flatten()):.1e}"
                               + (f" mean {rel_err(mean, ref_mean.flatten()):.1e}" if layer_norm else ""), flush=True)
         # the plain GEMM
         x = torch.randn(M, K, device="cuda").bfloat16()
         w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
-        for label, cfg in configs:
-            out, _ = tri.rms_norm_matmul(x, None, w, None, EPS, plan=("gluon_plain", cfg))
-            print(f"check plain {M}x{K}x{N} cfg{label}: {rel_err(out, x.double() @ w.double().t()):.2e}", flush=True)
+        for (label, cfg), w_kn in itertools.product(configs, layouts):
+            out, _ = tri.rms_norm_matmul(x, None, w.t().contiguous() if w_kn else w, None, EPS,
+                                         plan=("gluon_plain", cfg), w_kn=w_kn)
+            print(f"check plain {M}x{K}x{N} cfg{label}{' w_kn' if w_kn else ''}: "
+                  f"{rel_err(out, x.double() @ w.double().t()):.2e}", flush=True)
     print(f"check worst error / unfused error: {worst:.2f}")
 
 
@@ -135,11 +145,12 @@ def main():
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
+    ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
     args = ap.parse_args()
     configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)
     if not args.no_check:
-        check(configs)
+        check(configs, args.w_kn)
     host_cost()
     if not args.no_timing:
         timing(args.json, configs)

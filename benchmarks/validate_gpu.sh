@@ -9,7 +9,7 @@
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
-#   bash benchmarks/validate_gpu.sh gluon    # the Gluon mainloop's GPU tests, float64 check, host cost    (~4 min?)
+#   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
 set -uo pipefail
@@ -86,9 +86,9 @@ lnprobe)
     timeout 120 python3 benchmarks/repro_where_wgmma.py 2>&1 | tee "$OUT/repro_where_wgmma.log"  # standalone
     ;;
 gluon)  # the Gluon mainloop: its GPU tests (every plan vs float64), the probe's check and host cost (~4 min?)
-    timeout 300 python3 -m pytest tests/test_gpu.py -k "${2:-kernel_matches_float64 or layer_norm_kernel}" -q -p no:warnings \
+    timeout 170 python3 -m pytest tests/test_gpu.py -k "${2:-kernel_matches_float64 or layer_norm_kernel}" -q -p no:warnings \
         --show-capture=no --tb=short > "$OUT/gluon_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/gluon_tests.log" | tail -12
-    timeout 300 python3 benchmarks/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
+    timeout 420 python3 benchmarks/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
     grep -E "worst|host|Error|x cuBLAS|hidden" "$OUT/gluon_check.log"
     ;;
 host)  # where a fused site's host time goes (the Gluon thin op vs Inductor's launch)

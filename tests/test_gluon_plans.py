@@ -115,7 +115,43 @@ def test_through_op_routes_eager_launches_through_the_thin_op(monkeypatch):
     x, w, out = torch.zeros(8, 64, dtype=torch.float16), torch.zeros(16, 64, dtype=torch.float16), torch.zeros(8, 16)
     cfg = norm_gemm_gluon.CONFIGS[0]
     norm_gemm_gluon.launch(x, w, out, cfg)
-    assert len(launched) == 1
+    assert len(launched) == 1 and launched[0][-1] is False  # w_kn, the op's last argument
     with norm_gemm_gluon.through_op(), pytest.raises(NotImplementedError, match="gluon_norm_gemm.*CPU"):
         norm_gemm_gluon.launch(x, w, out, cfg)  # the op has a CUDA kernel only
     assert len(launched) == 1 and not norm_gemm_gluon._THROUGH_OP
+
+
+@pytest.mark.parametrize("w_kn", [False, True])
+def test_run_and_launch_take_the_weight_stored_k_n(monkeypatch, w_kn):
+    """W_KN (weight [K, N], out = x @ w): ``run`` sums u[n] = Σ_k W'[k, n] over axis 0 and passes the flag on;
+    the kernel launch takes N from w.shape[1], w.stride(0) (the K stride) as its weight stride, and W_KN."""
+    M, K, N = 8, 64, 32
+    x, out = torch.randn(M, K).bfloat16(), torch.empty(M, N, dtype=torch.bfloat16)
+    w_nk = torch.randn(N, K).bfloat16()
+    w = w_nk.t().contiguous() if w_kn else w_nk
+    cfg = norm_gemm_gluon.CONFIGS[0]
+    launched = []
+    monkeypatch.setattr(norm_gemm_gluon, "launch", lambda *args, **kwargs: launched.append((args, kwargs)))
+    rstd, mean, bias = torch.empty(M), torch.empty(M), torch.zeros(N)
+    norm_gemm_gluon.run("in_loop", cfg, x, w, out, rstd, 1e-6, bias, mean, w_kn=w_kn)
+    (args, kwargs), = launched
+    assert args[1] is w and kwargs["w_kn"] is w_kn and kwargs["row_stats"] == norm_gemm_gluon.LN_STATS
+    assert torch.equal(kwargs["u"], w_nk.sum(1, dtype=torch.float32))  # per output column n, whatever the storage
+
+    kernel_launches = []
+    monkeypatch.setattr(norm_gemm, "_ensure_allocator", lambda: None)
+    monkeypatch.setattr(norm_gemm_gluon, "_cached_launch",
+                        lambda kernel, grid, args, meta, device: kernel_launches.append((kernel, args, meta)))
+    norm_gemm_gluon._launch_kernel(x, w, out, None, None, None, None, 0.0, norm_gemm_gluon.NO_STATS, False, False,
+                                   cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_BUFFERS"], cfg["GROUP_M"],
+                                   cfg["num_warps"], 0, w_kn)
+    (kernel, args, meta), = kernel_launches
+    values = dict(zip(kernel.arg_names, args))
+    assert (values["M"], values["N"], values["K"]) == (M, N, K)
+    assert values["stride_w"] == (N if w_kn else K) and meta["W_KN"] is w_kn
+
+
+def test_the_launch_op_takes_w_kn_with_a_default():
+    """Graphs traced before the flag existed (and every [N, K] launch) leave it out."""
+    schema = torch.ops.norm_fusion.gluon_norm_gemm.default._schema
+    assert schema.arguments[-1].name == "w_kn" and schema.arguments[-1].default_value is False

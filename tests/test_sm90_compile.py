@@ -263,16 +263,25 @@ def _norm_gemm_gluon(ngg):
     rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
     cached_launch = ngg._cached_launch
     ngg._cached_launch = lambda kernel, grid, args, meta, device: kernel[grid()](*args, **meta)  # no CUDA here
+
+    def variants(cfg, w, w_kn=False):
+        # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm)
+        ngg.launch(x, w, out, cfg, w_kn=w_kn)
+        ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6, write_stats=True,
+                   w_kn=w_kn)
+        ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
+                   mean=mean, u=u, eps=1e-6, write_stats=True, w_kn=w_kn)
+        ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6, w_kn=w_kn)
+
     try:
-        # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm); on both kernels (the
-        # warp-specialized one's configs are not offered to the selection yet, but compiled here)
+        # on both kernels (the warp-specialized one's configs are not offered to the selection yet, but compiled
+        # here)
         for cfg in ngg.CONFIGS + ngg.WS_CONFIGS:
-            ngg.launch(x, w, out, cfg)
-            ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6,
-                       write_stats=True)
-            ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
-                       mean=mean, u=u, eps=1e-6, write_stats=True)
-            ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6)
+            variants(cfg, w)
+        # the weight stored [K, N] (W_KN, GPT-2's Conv1D; not offered yet either): the production configs and
+        # one warp-specialized config, to keep the compile time down
+        for cfg in ngg.CONFIGS + ngg.WS_CONFIGS[:1]:
+            variants(cfg, _empty(K, N), w_kn=True)
     finally:
         ngg._cached_launch = cached_launch
 

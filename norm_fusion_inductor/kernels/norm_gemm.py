@@ -636,8 +636,8 @@ def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None
     if prologue.startswith(GLUON):  # the same prologue on the hand-scheduled Hopper mainloop
         from . import norm_gemm_gluon
 
-        assert not w_kn, "the Gluon mainloop takes weights stored [N, K]"
-        return norm_gemm_gluon.run(prologue[len(GLUON):], cfg, x, _fold(w, gamma), out, rstd, eps, bias, mean)
+        return norm_gemm_gluon.run(prologue[len(GLUON):], cfg, x, _fold(w, gamma, k_dim), out, rstd, eps, bias, mean,
+                                   w_kn)
     if prologue == "in_loop":
         if gamma is None:
             # The x tile must reach the tensor cores through registers (where Σx² reads it): fed straight from

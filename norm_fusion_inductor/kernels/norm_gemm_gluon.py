@@ -13,6 +13,11 @@ Math (design.md §1.1–1.2), x [M, K], W [N, K], γ folded into the weight by t
     RMSNorm:   y = rstd · (x W'ᵀ) + b,                     rstd = rsqrt(mean(x²) + eps)
     LayerNorm: y = rstd · (x W'ᵀ − μ · u) + v,             u = column sums of W' (fp32), v = W β + b
 
+W_KN: the weight is stored [K, N] instead (GPT-2's Conv1D: y = x W with W [K, N]); the same math with W'ᵀ
+stored, u[n] = Σ_k W'[k, n]. Only the W tile changes: TMA loads [BLOCK_K, BLOCK_N] tiles at [k, n] and the wgmma
+takes them as its B operand directly (N-major in shared memory) instead of through a permuted [BLOCK_N, BLOCK_K]
+view. Not offered to the selection until checked on the GPU (``benchmarks/gluon_probe.py --w-kn``).
+
 ROW_STATS (the in-loop prologue): every K step, once the wgmma on the x tile is issued, the same shared-memory
 tile is read into registers and Σx² (LayerNorm: Σ(x − s), Σ(x − s)², s = x[m, 0], so nothing cancels when
 |μ| ≫ σ) is added per row. The tensor cores get x unchanged, straight from shared memory. ROW_SCALE (the pre-pass
@@ -87,16 +92,20 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om, BLOCK_M: gl.constexpr,
-                 BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
+def _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_w, stride_om, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, W_KN: gl.constexpr):
     """The TMA descriptors of x, W and out, made on the device (host-made ones cost ~180 µs of launch overhead
     per call, H200); the layouts are derived here rather than passed, so the launcher's per-call key holds only
-    plain values."""
+    plain values. W is [N, K] with row stride ``stride_w``, or with W_KN [K, N] (``stride_w`` its K stride)."""
     dtype: gl.constexpr = x_ptr.dtype.element_ty
     x_desc = tma.make_tensor_descriptor(x_ptr, [M, K], [stride_xm, 1], [BLOCK_M, BLOCK_K],
                                         _smem_layout(BLOCK_M, BLOCK_K, dtype))
-    w_desc = tma.make_tensor_descriptor(w_ptr, [N, K], [stride_wn, 1], [BLOCK_N, BLOCK_K],
-                                        _smem_layout(BLOCK_N, BLOCK_K, dtype))
+    if W_KN:
+        w_desc = tma.make_tensor_descriptor(w_ptr, [K, N], [stride_w, 1], [BLOCK_K, BLOCK_N],
+                                            _smem_layout(BLOCK_K, BLOCK_N, dtype))
+    else:
+        w_desc = tma.make_tensor_descriptor(w_ptr, [N, K], [stride_w, 1], [BLOCK_N, BLOCK_K],
+                                            _smem_layout(BLOCK_N, BLOCK_K, dtype))
     out_desc = tma.make_tensor_descriptor(out_ptr, [M, N], [stride_om, 1], [BLOCK_M, BLOCK_N],
                                           _smem_layout(BLOCK_M, BLOCK_N, dtype))
     return x_desc, w_desc, out_desc
@@ -104,7 +113,8 @@ def _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om
 
 @gluon.jit
 def _stage_buffers(x_desc, w_desc, out_desc, NUM_BUFFERS: gl.constexpr):
-    """Shared memory: NUM_BUFFERS stages of an x and a W tile, and the output tile's staging buffer."""
+    """Shared memory: NUM_BUFFERS stages of an x and a W tile (as w_desc's block: [BLOCK_N, BLOCK_K], or
+    [BLOCK_K, BLOCK_N] with W_KN), and the output tile's staging buffer."""
     dtype: gl.constexpr = x_desc.dtype
     x_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + x_desc.block_type.shape, x_desc.layout)
     w_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + w_desc.block_type.shape, w_desc.layout)
@@ -125,26 +135,39 @@ def _tile_walk(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def _load_stage(producer, x_desc, w_desc, off_m, off_n, off_k, bars, x_bufs, w_bufs, NUM_BUFFERS: gl.constexpr,
-                pred=True):
+                W_KN: gl.constexpr, pred=True):
     """TMA the x and W tiles of one K step into the next stage; its mbarrier flips when both have landed."""
     stage = producer % NUM_BUFFERS
     bar = bars.index(stage)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(x_desc, [off_m, off_k], bar, x_bufs.index(stage), pred)
-    tma.async_copy_global_to_shared(w_desc, [off_n, off_k], bar, w_bufs.index(stage), pred)
+    if W_KN:
+        tma.async_copy_global_to_shared(w_desc, [off_k, off_n], bar, w_bufs.index(stage), pred)
+    else:
+        tma.async_copy_global_to_shared(w_desc, [off_n, off_k], bar, w_bufs.index(stage), pred)
     return producer + 1
 
 
 @gluon.jit
+def _w_operand(w_tile, W_KN: gl.constexpr):
+    """A stage's W tile as the wgmma's B operand [BLOCK_K, BLOCK_N]: a [K, N] tile as it is, an [N, K] tile
+    through a transposed view (K-major B)."""
+    if W_KN:
+        return w_tile
+    else:
+        return w_tile.permute((1, 0))
+
+
+@gluon.jit
 def _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs, w_bufs, NUM_BUFFERS: gl.constexpr,
-               ROW_STATS: gl.constexpr, stats_layout: gl.constexpr):
+               ROW_STATS: gl.constexpr, stats_layout: gl.constexpr, W_KN: gl.constexpr):
     """Wait for a stage, retire the previous wgmma (its stage becomes free), issue this one asynchronously, and
     meanwhile add the x tile's row statistics from the same shared memory."""
     stage = consumer % NUM_BUFFERS
     mbarrier.wait(bars.index(stage), (consumer // NUM_BUFFERS) & 1)
     acc = warpgroup_mma_wait(0, (acc, ))
     x_tile = x_bufs.index(stage)
-    acc = warpgroup_mma(x_tile, w_bufs.index(stage).permute((1, 0)), acc, use_acc=use_acc, is_async=True)
+    acc = warpgroup_mma(x_tile, _w_operand(w_bufs.index(stage), W_KN), acc, use_acc=use_acc, is_async=True)
     sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout)
     return consumer + 1, acc, sum_a, sum_b
 
@@ -229,15 +252,16 @@ def _epilogue(acc, rows, sum_a, sum_b, shift, tile_m, tile_n, tile_pid_n, out_de
 
 @gluon.jit
 def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N, K,
-                           stride_xm, stride_wn, stride_om, inv_k, eps,
+                           stride_xm, stride_w, stride_om, inv_k, eps,
                            ROW_STATS: gl.constexpr,  # 0 none, 1 RMSNorm (Σx²), 2 LayerNorm (shifted Σx, Σx²)
                            ROW_SCALE: gl.constexpr,  # rstd (and μ for CENTER) read from rstd_ptr / mean_ptr
                            CENTER: gl.constexpr,  # LayerNorm: subtract μ · u
                            HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr,
+                           W_KN: gl.constexpr,  # w stored [K, N] (x @ w), else [N, K] (x @ wᵀ)
                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                            GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
-    x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-                                            BLOCK_M, BLOCK_N, BLOCK_K)
+    x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_w, stride_om,
+                                            BLOCK_M, BLOCK_N, BLOCK_K, W_KN)
     gl.static_assert(BLOCK_M == 16 * num_warps, "one wgmma row slab per warp")
     gl.static_assert(NUM_BUFFERS >= 3, "a stage in flight, one being read, one being loaded")
     mma_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
@@ -264,18 +288,18 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
     off_n = pid_n * BLOCK_N
     for ki in gl.static_range(NUM_BUFFERS - 1):
         producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, ki * BLOCK_K, bars, x_bufs, w_bufs,
-                               NUM_BUFFERS)
+                               NUM_BUFFERS, W_KN)
 
     for t in range(my_tiles):
         rows, sum_a, sum_b, shift = _tile_stats_init(x_ptr, off_m, M, stride_xm, ROW_STATS, BLOCK_M, stats_layout)
         consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs, w_bufs,
-                                                 NUM_BUFFERS, ROW_STATS, stats_layout)
+                                                 NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         use_acc = gl.to_tensor(True)
         for ki in range(NUM_BUFFERS - 1, k_tiles):
             producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, ki * BLOCK_K, bars, x_bufs, w_bufs,
-                                   NUM_BUFFERS)
+                                   NUM_BUFFERS, W_KN)
             consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs,
-                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout)
+                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         # the next tile's fill, interleaved with this tile's last wgmmas
         tile_m = off_m
         tile_n = off_n
@@ -286,11 +310,11 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
         has_next = t + 1 < my_tiles
         for ki in gl.static_range(NUM_BUFFERS - 2):
             producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, ki * BLOCK_K, bars, x_bufs, w_bufs,
-                                   NUM_BUFFERS, has_next)
+                                   NUM_BUFFERS, W_KN, has_next)
             consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs,
-                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout)
+                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, (NUM_BUFFERS - 2) * BLOCK_K, bars, x_bufs,
-                               w_bufs, NUM_BUFFERS, has_next)
+                               w_bufs, NUM_BUFFERS, W_KN, has_next)
         acc = warpgroup_mma_wait(0, (acc, ))
         use_acc = gl.to_tensor(False)  # the next tile's first wgmma overwrites acc
 
@@ -304,12 +328,12 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
 
 @gluon.jit
 def _ws_producer(x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STATS: gl.constexpr,
-                 GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr):
+                 GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, W_KN: gl.constexpr):
     """The warp-specialized kernel's producer (1 warp): every K step of every tile of this CTA, in order, TMA'd
     into the ring once the consumer has released the stage."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
     num_pid_m, num_pid_n, start, stride, my_tiles = _tile_walk(M, N, BLOCK_M, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     c = 0  # the CTA's K-step counter, as in the consumer
@@ -321,14 +345,14 @@ def _ws_producer(x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STAT
             if ROW_STATS != 0:
                 fence_async_shared()  # the consumer's generic-proxy reads of x before this async-proxy write
             c = _load_stage(c, x_desc, w_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, ki * BLOCK_K, ready, x_bufs, w_bufs,
-                            NUM_BUFFERS)
+                            NUM_BUFFERS, W_KN)
 
 
 @gluon.jit
 def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N,
                  K, stride_xm, inv_k, eps, ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr,
                  HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr, GROUP_M: gl.constexpr,
-                 NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
+                 NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr, W_KN: gl.constexpr):
     """The warp-specialized kernel's consumer (the default partition, num_warps warps): per K step wait "ready",
     issue the wgmma asynchronously, add the row sums from the same x tile, retire the previous wgmma and release
     its stage; after the tile's last K step retire the last wgmma, release its stage, run the epilogue."""
@@ -349,7 +373,7 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
             stage = c % NUM_BUFFERS
             mbarrier.wait(ready.index(stage), (c // NUM_BUFFERS) & 1)
             x_tile = x_bufs.index(stage)
-            acc = warpgroup_mma(x_tile, w_bufs.index(stage).permute((1, 0)), acc, use_acc=ki > 0, is_async=True)
+            acc = warpgroup_mma(x_tile, _w_operand(w_bufs.index(stage), W_KN), acc, use_acc=ki > 0, is_async=True)
             sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout)
             acc = warpgroup_mma_wait(1, (acc, ))  # the previous wgmma has retired: its stage (c − 1) is free
             mbarrier.arrive(empty.index((c + NUM_BUFFERS - 1) % NUM_BUFFERS), pred=ki > 0)
@@ -364,9 +388,9 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
 
 @gluon.jit
 def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N, K,
-                              stride_xm, stride_wn, stride_om, inv_k, eps,
+                              stride_xm, stride_w, stride_om, inv_k, eps,
                               ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr,
-                              HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr,
+                              HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr, W_KN: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               num_warps: gl.constexpr):
@@ -401,8 +425,8 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
     Registers: the launch caps the CTA with maxnreg so that (num_warps + 1 warps, rounded up to warpgroups) · 32
     threads · maxnreg fits the 64 K register file (8 + 1 warps → 168); the partitions then rebalance with
     setmaxnreg (producer PRODUCER_REGS, the consumer warpgroups the rest: 232 with 8 + 1 warps)."""
-    x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-                                            BLOCK_M, BLOCK_N, BLOCK_K)
+    x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_w, stride_om,
+                                            BLOCK_M, BLOCK_N, BLOCK_K, W_KN)
     gl.static_assert(BLOCK_M == 16 * num_warps, "one wgmma row slab per consumer warp")
     gl.static_assert(NUM_BUFFERS >= 2, "the wgmma in flight and the one being issued")
     inv_k = inv_k.to(gl.float32)
@@ -421,8 +445,9 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
     gl.warp_specialize([
         (_ws_consumer, (x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
                         M, N, K, stride_xm, inv_k, eps, ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, GROUP_M,
-                        NUM_BUFFERS, num_warps)),
-        (_ws_producer, (x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STATS, GROUP_M, NUM_BUFFERS)),
+                        NUM_BUFFERS, num_warps, W_KN)),
+        (_ws_producer, (x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STATS, GROUP_M, NUM_BUFFERS,
+                        W_KN)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_BUFFERS):
         mbarrier.invalidate(ready.index(i))
@@ -464,8 +489,8 @@ def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: di
         return f"dtype {dtype} (the Gluon mainloop takes 16-bit inputs)"
     if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
         return "the Gluon mainloop is written for sm_90 (wgmma)"
-    if w_kn:
-        return "weights stored [K, N] are not wired to the Gluon mainloop"
+    if w_kn:  # the W_KN kernels compile (test_sm90_compile.py) but have not run on the GPU yet
+        return "weights stored [K, N] are not offered until checked on the GPU (gluon_probe.py --w-kn)"
     if not cfg.get("warp_specialize") and triton.cdiv(K, cfg["BLOCK_K"]) < cfg["NUM_BUFFERS"] - 1:
         return f"K={K} has fewer K steps than the pipeline's fill"
     if layer_norm and prologue == "in_loop" and K % cfg["BLOCK_K"]:
@@ -473,26 +498,29 @@ def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: di
     return None
 
 
-def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None):
+def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None, w_kn=False):
     """One plan of norm_gemm's prologues on this mainloop (norm_gemm._run hands over the "gluon_*" plans): γ is
-    already folded into ``w_eff`` [N, K] and, for LayerNorm (``mean`` given), β into the fp32 ``bias``."""
+    already folded into ``w_eff`` [N, K] ([K, N] with ``w_kn``) and, for LayerNorm (``mean`` given), β into the
+    fp32 ``bias``."""
     from .norm_gemm import _row_stats
 
-    # column sums of the rounded W·γ the GEMM uses: the mean correction cancels against exactly these
-    u = w_eff.sum(1, dtype=torch.float32) if mean is not None else None
+    # u[n] = Σ_k W'[n, k], the column sums of the rounded W·γ the GEMM uses (the mean correction cancels against
+    # exactly these): a sum over w_eff's K axis, 1 for [N, K], 0 for [K, N]
+    u = w_eff.sum(0 if w_kn else 1, dtype=torch.float32) if mean is not None else None
     if prologue == "plain":
-        launch(x, w_eff, out, cfg, bias=bias)
+        launch(x, w_eff, out, cfg, bias=bias, w_kn=w_kn)
     elif prologue == "pre_pass":
         _row_stats(x, rstd, mean, eps)
-        launch(x, w_eff, out, cfg, row_scale=True, bias=bias, rstd=rstd, mean=mean, u=u, eps=eps)
+        launch(x, w_eff, out, cfg, row_scale=True, bias=bias, rstd=rstd, mean=mean, u=u, eps=eps, w_kn=w_kn)
     else:
         launch(x, w_eff, out, cfg, row_stats=LN_STATS if mean is not None else RMS_STATS, bias=bias, rstd=rstd,
-               mean=mean, u=u, eps=eps, write_stats=rstd is not None)
+               mean=mean, u=u, eps=eps, write_stats=rstd is not None, w_kn=w_kn)
 
 
 def launch(x, w, out, cfg, *, row_stats=NO_STATS, row_scale=False, bias=None, rstd=None, mean=None, u=None,
-           eps=0.0, write_stats=False):
-    """out = epilogue(x @ wᵀ) with w [N, K] (γ already folded in); see the module doc for the flags.
+           eps=0.0, write_stats=False, w_kn=False):
+    """out = epilogue(x @ wᵀ) with w [N, K], or epilogue(x @ w) with w [K, N] when ``w_kn`` (γ already folded
+    in); see the module doc for the flags.
 
     While the pass traces a plan into the graph (fake tensors, ops.trace_direct_launch) this records the launch
     op below instead: Inductor cannot emit a Gluon kernel into its generated code, so the graph calls this thin
@@ -500,7 +528,8 @@ def launch(x, w, out, cfg, *, row_stats=NO_STATS, row_scale=False, bias=None, rs
     from . import norm_gemm
 
     args = (x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, cfg["BLOCK_M"], cfg["BLOCK_N"],
-            cfg["BLOCK_K"], cfg["NUM_BUFFERS"], cfg["GROUP_M"], cfg["num_warps"], int(cfg.get("warp_specialize", 0)))
+            cfg["BLOCK_K"], cfg["NUM_BUFFERS"], cfg["GROUP_M"], cfg["num_warps"], int(cfg.get("warp_specialize", 0)),
+            bool(w_kn))
     if norm_gemm._traced(x) or _THROUGH_OP:
         torch.ops.norm_fusion.gluon_norm_gemm(*args)
     else:
@@ -528,19 +557,19 @@ def through_op():
 _LIB = torch.library.Library("norm_fusion", "FRAGMENT")
 _LIB.define("gluon_norm_gemm(Tensor x, Tensor w, Tensor(a!) out, Tensor? bias, Tensor(b!)? rstd, Tensor(c!)? mean, "
             "Tensor? u, float eps, int row_stats, bool row_scale, bool write_stats, int block_m, int block_n, "
-            "int block_k, int num_buffers, int group_m, int num_warps, int warp_specialize=0) -> ()")
+            "int block_k, int num_buffers, int group_m, int num_warps, int warp_specialize=0, bool w_kn=False) -> ()")
 
 
 def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, bm, bn, bk, num_buffers,
-                   group_m, num_warps, warp_specialize=0):
+                   group_m, num_warps, warp_specialize=0, w_kn=False):
     from . import norm_gemm
 
     M, K = x.shape
-    N = w.shape[0]
+    N = w.shape[1] if w_kn else w.shape[0]  # w [K, N] or [N, K]; w.stride(0) is then its K or N stride
     norm_gemm._ensure_allocator()  # device-side descriptors live in Triton's global scratch (per thread)
     tensors = (x, w, out, *(t if t is not None else out for t in (bias, rstd, mean, u)))
     meta = dict(ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None, HAS_BIAS=bias is not None,
-                WRITE_STATS=write_stats, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m,
+                WRITE_STATS=write_stats, W_KN=bool(w_kn), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m,
                 NUM_BUFFERS=num_buffers, num_warps=num_warps)
     kernel = norm_gemm_gluon_kernel
     if warp_specialize:  # its extra meta (PRODUCER_REGS, maxnreg) also keeps its launch keys apart

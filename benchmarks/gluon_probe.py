@@ -3,8 +3,12 @@ timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best c
 warp-specialized kernel's configs (glu.WS_CONFIGS, not offered to the selection until checked here) to both.
 --w-kn also checks every config with the weight stored [K, N] (W_KN, GPT-2's Conv1D: out = x @ w), which
 glu.unsupported_reason keeps from the selection until checked here: the plans are forced (plan=..., w_kn=True).
+--post checks and times the post-norm "row" epilogue instead (glu.matmul_norm, y = norm(x wᵀ + b + residual),
+not offered to the selection until checked here): every config holding whole rows (BLOCK_N ≥ N) against float64
+beside the Triton row plan and the unfused path, then timed against cuBLAS + Inductor's norm and the Triton row
+plan at N = 256.
 
-    python benchmarks/gluon_probe.py [--ws] [--w-kn] [--json F]
+    python benchmarks/gluon_probe.py [--ws] [--w-kn] [--post] [--json F]
 """
 import argparse
 import itertools
@@ -19,7 +23,8 @@ from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from benchmarks.kernel_probe import bench  # noqa: E402
-from tests.helpers import ln_linear_reference64, rel_err, rms_linear_reference64  # noqa: E402
+from tests.helpers import (linear_post_norm_reference64, linear_post_norm_unfused, ln_linear_reference64,  # noqa: E402
+                           rel_err, rms_linear_reference64)
 
 EPS = 1e-6
 CHECK_SHAPES = [(1000, 768, 776), (4096, 1024, 768), (333, 256, 2048)]
@@ -139,6 +144,113 @@ def host_cost():
         print(f"host {name}: {host:.1f} us per call")
 
 
+POST_CHECK_SHAPES = [(1000, 768, 256), (4096, 512, 200), (333, 1024, 256)]
+POST_TIME_SHAPES = [(m, k, 256) for m in (65536, 262144) for k in (256, 512, 1024, 2048)]
+# (name, layer_norm, residual shift, every operand on): "bare" leaves out bias, γ, β, both residuals and z
+POST_CASES = [("rms", False, 0.0, True), ("ln", True, 0.0, True), ("ln shift 1000", True, 1000.0, True),
+              ("rms bare", False, 0.0, False), ("ln bare", True, 0.0, False)]
+
+
+def _post_operands(M, K, N, shift, full):
+    torch.manual_seed(M + K + N)
+    x = torch.randn(M, K, device="cuda").bfloat16()
+    w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
+    if not full:
+        return x, w, None, None, None, None, None
+    bias = (0.1 * torch.randn(N, device="cuda")).bfloat16()
+    residual = (torch.randn(M, N, device="cuda") + shift).bfloat16()  # shift: |mean| ≫ std for LayerNorm
+    gamma = (1 + 0.1 * torch.randn(N, device="cuda")).bfloat16()
+    beta = (0.1 * torch.randn(N, device="cuda")).bfloat16()
+    residual_out = torch.randn(M, N, device="cuda").bfloat16()
+    return x, w, bias, residual, gamma, beta, residual_out
+
+
+def _post_configs(configs, dtype, M, K, N):
+    return [(label, cfg) for label, cfg in configs
+            if not glu.post_unsupported_reason(dtype, torch.device("cuda"), M, K, N, cfg)]
+
+
+def _triton_row_plans(x, N):
+    return [plan for plan in tri._post_candidate_plans(x, N) if plan[0] == "row"]
+
+
+def check_post(configs):
+    """Every config with BLOCK_N ≥ N against float64: y, z (written whenever the case has a residual), mean, rstd;
+    beside the error of the Triton row plan and of the unfused path (F.linear + residual rounded to bf16, the
+    norm in fp32). The bare cases (only the first shape, to keep the compiles few) have no optional operand."""
+    worst = 0.0
+    for i, (M, K, N) in enumerate(POST_CHECK_SHAPES):
+        for name, layer_norm, shift, full in POST_CASES:
+            if not full and i:
+                continue
+            x, w, bias, residual, gamma, beta, residual_out = _post_operands(M, K, N, shift, full)
+            beta = beta if layer_norm else None
+            ref, ref_z, ref_mean, ref_rstd = linear_post_norm_reference64(x, w, bias, residual, gamma, beta, EPS,
+                                                                          layer_norm, residual_out)
+            unfused = linear_post_norm_unfused(x, w, bias, residual, gamma, beta, EPS, layer_norm)
+            if residual_out is not None:
+                unfused = unfused + residual_out.float()
+            unfused_err = rel_err(unfused, ref)
+            kwargs = dict(layer_norm=layer_norm, write_z=full, residual_out=residual_out)
+            runs = [("triton_" + plan[0], lambda plan=plan: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
+                                                                             plan=plan, **kwargs))
+                    for plan in _triton_row_plans(x, N)[:1]]
+            runs += [(f"gluon{label}", lambda cfg=cfg: glu.matmul_norm(x, w, bias, residual, gamma, beta, EPS, cfg=cfg,
+                                                                        **kwargs))
+                     for label, cfg in _post_configs(configs, x.dtype, M, K, N)]
+            for label, run in runs:
+                y, z, mean, rstd = run()
+                err = rel_err(y, ref)
+                if label.startswith("gluon"):
+                    worst = max(worst, err / max(unfused_err, 1e-3))
+                print(f"check post {name} {M}x{K}x{N} {label}: y {err:.2e} (unfused {unfused_err:.2e}) "
+                      f"rstd {rel_err(rstd, ref_rstd.flatten()):.1e}"
+                      + (f" mean {rel_err(mean, ref_mean.flatten()):.1e}" if layer_norm else "")
+                      + (f" z {rel_err(z, ref_z):.1e}" if z is not None else ""), flush=True)
+    print(f"check post worst gluon error / unfused error: {worst:.2f}")
+
+
+def timing_post(json_path, configs):
+    """z = x wᵀ + b + residual, y = norm(z)·γ (+ β), z not written: cuBLAS (addmm) + Inductor's residual-add +
+    norm kernel (compiled once per M and norm: its input z is [M, N] whatever K) against the Triton row plans and
+    the Gluon configs."""
+    rows = []
+    compiled = {}
+    for (M, K, N), layer_norm in itertools.product(POST_TIME_SHAPES, (False, True)):
+        x, w, bias, residual, gamma, beta, _ = _post_operands(M, K, N, 0.0, True)
+        beta = beta if layer_norm else None
+        if (M, layer_norm) not in compiled:
+            def norm(z, residual, gamma, beta, layer_norm=layer_norm):
+                z = z + residual
+                if layer_norm:
+                    return F.layer_norm(z, (N,), gamma, beta, EPS)
+                return F.rms_norm(z, (N,), gamma, EPS)
+            compiled[M, layer_norm] = torch.compile(norm, dynamic=False)
+        cnorm = compiled[M, layer_norm]
+        z = F.linear(x, w, bias)
+        cnorm(z, residual, gamma, beta)
+        fns = {"cublas": lambda: F.linear(x, w, bias), "inductor_norm": lambda: cnorm(z, residual, gamma, beta)}
+        for i, plan in enumerate(_triton_row_plans(x, N)):
+            fns[f"triton_row{i}"] = lambda plan=plan: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
+                                                                      layer_norm=layer_norm, plan=plan)
+        for label, cfg in _post_configs(configs, x.dtype, M, K, N):
+            fns[f"gluon{label}"] = lambda cfg=cfg: glu.matmul_norm(x, w, bias, residual, gamma, beta, EPS, cfg=cfg,
+                                                                   layer_norm=layer_norm)
+        t = bench(fns, rounds=3, rep=40)
+        unfused = t["cublas"] + t["inductor_norm"]
+        best = min((v, k) for k, v in t.items() if k not in ("cublas", "inductor_norm"))
+        print(f"\npost {'ln' if layer_norm else 'rms'} {M}x{K}x{N}: cuBLAS {t['cublas']:.4f} "
+              f"norm {t['inductor_norm']:.4f} unfused {unfused:.4f} | best fused {best[1]} {best[0]:.4f} "
+              f"({unfused / best[0]:.2f}x unfused)")
+        for k, v in t.items():
+            if k not in ("cublas", "inductor_norm"):
+                print(f"  {k:18s} {v:.4f}  ({v / unfused:.3f}x unfused, {v / t['cublas']:.3f}x cuBLAS)")
+        rows.append(dict(shape=[M, K, N], layer_norm=layer_norm, times=t))
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(dict(post=True, gluon_configs=[cfg for _, cfg in configs], rows=rows), fh, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -146,9 +258,16 @@ def main():
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
     ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
+    ap.add_argument("--post", action="store_true", help="the post-norm epilogue (glu.matmul_norm) instead")
     args = ap.parse_args()
     configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)
+    if args.post:
+        if not args.no_check:
+            check_post(configs)
+        if not args.no_timing:
+            timing_post(args.json, configs)
+        return
     if not args.no_check:
         check(configs, args.w_kn)
     host_cost()

@@ -5,6 +5,7 @@ import types
 
 import pytest
 import torch
+import triton
 
 from norm_fusion_inductor.kernels import norm_gemm, norm_gemm_gluon
 
@@ -115,7 +116,7 @@ def test_through_op_routes_eager_launches_through_the_thin_op(monkeypatch):
     x, w, out = torch.zeros(8, 64, dtype=torch.float16), torch.zeros(16, 64, dtype=torch.float16), torch.zeros(8, 16)
     cfg = norm_gemm_gluon.CONFIGS[0]
     norm_gemm_gluon.launch(x, w, out, cfg)
-    assert len(launched) == 1 and launched[0][-1] is False  # w_kn, the op's last argument
+    assert len(launched) == 1 and launched[0][_op_arg_names().index("w_kn")] is False
     with norm_gemm_gluon.through_op(), pytest.raises(NotImplementedError, match="gluon_norm_gemm.*CPU"):
         norm_gemm_gluon.launch(x, w, out, cfg)  # the op has a CUDA kernel only
     assert len(launched) == 1 and not norm_gemm_gluon._THROUGH_OP
@@ -151,7 +152,133 @@ def test_run_and_launch_take_the_weight_stored_k_n(monkeypatch, w_kn):
     assert values["stride_w"] == (N if w_kn else K) and meta["W_KN"] is w_kn
 
 
-def test_the_launch_op_takes_w_kn_with_a_default():
-    """Graphs traced before the flag existed (and every [N, K] launch) leave it out."""
-    schema = torch.ops.norm_fusion.gluon_norm_gemm.default._schema
-    assert schema.arguments[-1].name == "w_kn" and schema.arguments[-1].default_value is False
+def _op_arg_names():
+    return [a.name for a in torch.ops.norm_fusion.gluon_norm_gemm.default._schema.arguments]
+
+
+def test_the_launch_op_takes_w_kn_and_the_post_norm_with_defaults():
+    """Graphs traced before these arguments existed (and every [N, K] pre-norm launch) leave them out: w_kn and
+    everything after it has a default."""
+    arguments = torch.ops.norm_fusion.gluon_norm_gemm.default._schema.arguments
+    names = _op_arg_names()
+    assert arguments[names.index("w_kn")].default_value is False
+    assert names[names.index("w_kn"):] == ["w_kn", "post_norm", "residual", "gamma", "beta", "z", "residual_out"]
+    assert all(a.has_default_value() for a in arguments[names.index("w_kn"):])
+    assert arguments[names.index("z")].alias_info.is_write  # the op writes z, as it does out, rstd and mean
+
+
+# --- the post-norm "row" epilogue (post_run): not offered to the selection, checked on the GPU by gluon_probe.py
+
+@pytest.mark.parametrize("dtype,M,N,cfg,w_kn,reason", [
+    (torch.bfloat16, 4096, 257, 0, False, "whole rows"),  # one column past the 128x256 tile
+    (torch.bfloat16, 4096, 256, 1, False, "whole rows"),  # the 128x128 config holds N <= 128 only
+    (torch.float32, 4096, 256, 0, False, "16-bit"),
+    (torch.bfloat16, 4096, 256, 0, True, "[K, N]"),
+    (torch.bfloat16, 4096, 196, 0, False, "16-byte"),  # TMA: the output's rows
+    (torch.bfloat16, 2 ** 23, 256, 0, False, "32-bit"),  # the epilogue's pointer offsets
+    (torch.bfloat16, 4096, 200, 0, False, None),
+    (torch.bfloat16, 4096, 128, 1, False, None),
+])
+def test_post_norm_needs_whole_rows_per_tile(sm90, dtype, M, N, cfg, w_kn, reason):
+    got = norm_gemm_gluon.post_unsupported_reason(dtype, sm90, M, 1024, N, norm_gemm_gluon.CONFIGS[cfg], w_kn)
+    assert got is None if reason is None else reason in got
+
+
+def test_post_norm_off_sm90(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert "sm_90" in norm_gemm_gluon.post_unsupported_reason(torch.bfloat16, torch.device("cuda", 0), 4096, 1024,
+                                                              256, norm_gemm_gluon.CONFIGS[0])
+
+
+def test_post_norm_candidates_stay_triton_only(sm90, monkeypatch):
+    """The Gluon post-norm is not offered until checked on the GPU (gluon_probe.py --post)."""
+    monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)
+    plans = norm_gemm._post_candidate_plans(_x(sm90, 1024), 256)
+    assert plans and all(p[0] in norm_gemm.EXCHANGES for p in plans)
+
+
+def _kernel_launches(monkeypatch):
+    launches = []
+    monkeypatch.setattr(norm_gemm, "_ensure_allocator", lambda: None)
+    monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(norm_gemm_gluon, "_cached_launch",
+                        lambda kernel, grid, args, meta, device: launches.append(
+                            (kernel, dict(zip(kernel.arg_names, args)), meta, grid())))
+    return launches
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("cfg", [norm_gemm_gluon.CONFIGS[0], norm_gemm_gluon.WS_CONFIGS[0]])
+def test_post_run_launches_the_post_norm_epilogue(monkeypatch, layer_norm, cfg):
+    """post_run hands the kernel z = x wᵀ + b + residual's operands unfolded: POST_NORM 1 (RMS) / 2 (LN), the
+    norm's γ and β, both residuals, z, rstd (and μ) as the statistics' outputs, and no mean correction (CENTER)."""
+    M, K, N = 1000, 64, 200
+    x, w = torch.randn(M, K).bfloat16(), torch.randn(N, K).bfloat16()
+    out, z, res, res_out = (torch.empty(M, N, dtype=torch.bfloat16) for _ in range(4))
+    bias, gamma, beta = torch.randn(N).bfloat16(), torch.randn(N).bfloat16(), torch.randn(N).bfloat16()
+    rstd, mean = torch.empty(M), torch.empty(M)
+    launches = _kernel_launches(monkeypatch)
+    norm_gemm_gluon.post_run(cfg, x, w, out, z, mean, rstd, bias, res, gamma, beta if layer_norm else None, 1e-5,
+                             layer_norm, residual_out=res_out)
+    (kernel, args, meta, grid), = launches
+    ws = cfg.get("warp_specialize", False)
+    assert kernel is (norm_gemm_gluon.norm_gemm_gluon_ws_kernel if ws else norm_gemm_gluon.norm_gemm_gluon_kernel)
+    assert meta["POST_NORM"] == (norm_gemm_gluon.LN_STATS if layer_norm else norm_gemm_gluon.RMS_STATS)
+    assert meta["ROW_STATS"] == norm_gemm_gluon.NO_STATS and not meta["ROW_SCALE"] and not meta["CENTER"]
+    assert meta["HAS_BIAS"] and args["bias_ptr"] is bias and args["rstd_ptr"] is rstd
+    assert args["mean_ptr"] is (mean if layer_norm else out)  # unused (a placeholder) for RMSNorm
+    assert (args["res_ptr"], args["gamma_ptr"], args["z_ptr"], args["res_out_ptr"]) == (res, gamma, z, res_out)
+    assert args["beta_ptr"] is (beta if layer_norm else None)
+    assert (args["M"], args["N"], args["K"], args["stride_om"]) == (M, N, K, N)
+    assert grid == (triton.cdiv(M, cfg["BLOCK_M"]), 1, 1)  # one tile per row block
+
+
+def test_pre_norm_launches_pass_no_post_norm_operands(monkeypatch):
+    """The other variants get None for the post-norm's pointers: no parameter, so their PTX is unchanged."""
+    launches = _kernel_launches(monkeypatch)
+    x, w, out = torch.randn(8, 64).bfloat16(), torch.randn(16, 64).bfloat16(), torch.empty(8, 16)
+    norm_gemm_gluon.launch(x, w, out, norm_gemm_gluon.CONFIGS[0])
+    (_, args, meta, _), = launches
+    assert meta["POST_NORM"] == 0
+    assert all(args[name] is None for name in ("res_ptr", "gamma_ptr", "beta_ptr", "z_ptr", "res_out_ptr"))
+
+
+def test_matmul_norm_allocates_the_outputs(monkeypatch):
+    """(y, z or None, mean or None, rstd), as norm_gemm.matmul_norm returns them; z only with write_z."""
+    runs = []
+    monkeypatch.setattr(norm_gemm_gluon, "post_run", lambda *args: runs.append(args))
+    x, w = torch.randn(8, 64).bfloat16(), torch.randn(16, 64).bfloat16()
+    y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=False,
+                                                   cfg=norm_gemm_gluon.CONFIGS[0])
+    assert y.shape == (8, 16) and y.dtype == torch.bfloat16 and z is None and mean is None and rstd.shape == (8,)
+    y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=True,
+                                                   cfg=norm_gemm_gluon.CONFIGS[0], write_z=True)
+    assert z.shape == (8, 16) and mean.dtype == torch.float32
+    assert len(runs) == 2 and runs[1][4] is z and runs[1][5] is mean
+
+
+def test_traced_post_run_records_the_thin_op_with_its_operands():
+    """While the pass traces (fake tensors), post_run becomes one gluon_norm_gemm call in the graph, taking the
+    post-norm's operands by the schema's trailing arguments."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    cfg = norm_gemm_gluon.CONFIGS[0]
+
+    def f(x, w, res, gamma, beta):
+        y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, res, gamma, beta, 1e-5, layer_norm=True, cfg=cfg,
+                                                       write_z=True)
+        return y, z, mean, rstd
+
+    with FakeTensorMode():
+        operands = (torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(16, 32, dtype=torch.bfloat16),
+                    torch.empty(64, 16, dtype=torch.bfloat16), torch.empty(16, dtype=torch.bfloat16),
+                    torch.empty(16, dtype=torch.bfloat16))
+        graph = make_fx(f, tracing_mode="fake")(*operands)
+    calls = [n for n in graph.graph.nodes if n.target is torch.ops.norm_fusion.gluon_norm_gemm.default]
+    assert len(calls) == 1
+    call = calls[0]
+    kwargs = dict(zip(_op_arg_names(), call.args)) | call.kwargs
+    assert kwargs["post_norm"] == norm_gemm_gluon.LN_STATS
+    assert all(kwargs[name] is not None for name in ("residual", "gamma", "beta", "z", "mean", "rstd"))
+    assert kwargs.get("residual_out") is None

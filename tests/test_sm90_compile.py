@@ -282,6 +282,13 @@ def _norm_gemm_gluon(ngg):
         # one warp-specialized config, to keep the compile time down
         for cfg in ngg.CONFIGS + ngg.WS_CONFIGS[:1]:
             variants(cfg, _empty(K, N), w_kn=True)
+        # the post-norm "row" epilogue (whole rows per tile, not offered yet): RMSNorm and LayerNorm with every
+        # operand on, on the production configs that hold N = 256 and one warp-specialized config
+        n = 256
+        for cfg in [c for c in ngg.CONFIGS if c["BLOCK_N"] >= n] + ngg.WS_CONFIGS[:1]:
+            for layer_norm in (False, True):
+                ngg.matmul_norm(x, _empty(n, K), _empty(n), _empty(M, n), _empty(n), _empty(n) if layer_norm else None,
+                                1e-6, layer_norm=layer_norm, cfg=cfg, write_z=True, residual_out=_empty(M, n))
     finally:
         ngg._cached_launch = cached_launch
 

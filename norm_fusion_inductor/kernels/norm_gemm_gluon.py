@@ -24,6 +24,14 @@ tile is read into registers and Σx² (LayerNorm: Σ(x − s), Σ(x − s)², s 
 prologue): rstd (and μ) come from a row kernel. Neither: the plain GEMM. The mean correction cancels two large
 terms to fp32 accumulation error ∝ |μ|/σ (the same bound as the Triton pre-pass; 16-bit inputs only).
 
+POST_NORM (the post-norm, ``post_run``; norm_gemm.py's "row" exchange on this mainloop): the norm of the
+GEMM's output rows, z = x Wᵀ + b + residual, y = norm(z)·γ (+ β) (+ residual_out), when a tile holds whole rows
+(N ≤ BLOCK_N). Same mainloop (plain GEMM), another epilogue (``_post_norm``): exact two-pass row moments in
+registers, rstd (and μ) stored for every row. What it gains over the Triton row plan is the overlap: the next
+tile's loads are in flight during this epilogue. The post-norm's operands are None when absent, so the other
+variants' PTX is unchanged. Not offered to the selection (norm_gemm._post_candidate_plans) until checked on the
+GPU (``benchmarks/gluon_probe.py --post``).
+
 Schedule (per CTA of a persistent grid, tiles in grouped order): NUM_BUFFERS shared-memory stages, each an x tile
 and a W tile loaded by TMA onto one mbarrier. The producer runs NUM_BUFFERS − 1 loads ahead of the wgmma; each
 wgmma is asynchronous and the one before it is waited on before the next is issued, which is what frees a stage
@@ -202,9 +210,11 @@ def _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS: gl.constexpr, stats_l
 
 @gluon.jit
 def _epilogue(acc, rows, sum_a, sum_b, shift, tile_m, tile_n, tile_pid_n, out_desc, out_smem, bias_ptr, rstd_ptr,
-              mean_ptr, u_ptr, M, N, inv_k, eps, ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr,
-              CENTER: gl.constexpr, HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr):
-    """One tile's out = rstd · (acc − μ · u) + b, cast and stored asynchronously (TMA) from ``out_smem``.
+              mean_ptr, u_ptr, M, N, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
+              ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr, HAS_BIAS: gl.constexpr,
+              WRITE_STATS: gl.constexpr, POST_NORM: gl.constexpr):
+    """One tile's out = rstd · (acc − μ · u) + b, cast and stored asynchronously (TMA) from ``out_smem``; with
+    POST_NORM, out = norm(acc + b + residual) instead (``_post_norm``).
 
     rstd and μ come from the tile's row sums or, with ROW_SCALE, from rstd_ptr / mean_ptr:
         RMSNorm    rstd = rsqrt(Σx²/K + eps)
@@ -244,6 +254,9 @@ def _epilogue(acc, rows, sum_a, sum_b, shift, tile_m, tile_n, tile_pid_n, out_de
     if HAS_BIAS:
         cols = tile_n + gl.arange(0, BLOCK_N, layout=col_layout)
         out = out + gl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
+    if POST_NORM != 0:
+        out = _post_norm(out, tile_m, M, N, stride_om, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr,
+                         rstd_ptr, mean_ptr, POST_NORM, dtype)
     tma.store_wait(pendings=0)  # the previous tile's store has left out_smem
     out_smem.store(out.to(dtype))
     fence_async_shared()
@@ -251,13 +264,62 @@ def _epilogue(acc, rows, sum_a, sum_b, shift, tile_m, tile_n, tile_pid_n, out_de
 
 
 @gluon.jit
+def _post_norm(z, tile_m, M, N, stride_om, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, rstd_ptr,
+               mean_ptr, POST_NORM: gl.constexpr, dtype: gl.constexpr):
+    """The post-norm of a tile holding whole rows (N ≤ BLOCK_N), z = acc + b on entry:
+
+        z ← z + residual                        (stored to z_ptr when given)
+        RMSNorm    rstd = rsqrt(Σz²/N + eps),              y = z · rstd · γ
+        LayerNorm  μ = Σz/N, rstd = rsqrt(Σ(z − μ)²/N + eps), y = (z − μ) · rstd · γ + β
+        y ← y + residual_out
+
+    The sums run over the N valid columns only, in two passes over the registers for LayerNorm (nothing cancels
+    when |μ| ≫ σ): z is exactly 0 in the columns ≥ N (TMA zero-fills W past N; bias and residual are
+    loaded as 0), so Σz and Σz² need no mask (an explicit one cost the RMSNorm variant 84 bytes of spills), and
+    z − μ is masked. rstd (and μ) are stored for every row: each tile is a whole row block. A pointer that is None
+    switches its term off. The [M, N] operands share out's row stride and are read and written with masked
+    pointer accesses in the accumulator's layout (a TMA staging buffer for them would not fit in shared memory
+    beside the 128×256 config's stages)."""
+    BLOCK_M: gl.constexpr = z.shape[0]
+    BLOCK_N: gl.constexpr = z.shape[1]
+    rows = tile_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, z.type.layout))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, z.type.layout))
+    row_ok = rows < M
+    col_ok = cols < N
+    in_tile = row_ok[:, None] & col_ok[None, :]
+    offs = rows[:, None] * stride_om + cols[None, :]
+    if res_ptr is not None:
+        z = z + gl.load(res_ptr + offs, mask=in_tile, other=0.0).to(gl.float32)
+    if z_ptr is not None:
+        gl.store(z_ptr + offs, z.to(dtype), mask=in_tile)
+    inv_n = 1.0 / N.to(gl.float32)
+    # (columns ≥ N hold 0 already: docstring)
+    if POST_NORM == 2:
+        mean = gl.sum(z, axis=1) * inv_n
+        z = gl.where(col_ok[None, :], z - mean[:, None], 0.0)
+        gl.store(mean_ptr + rows, mean, mask=row_ok)
+    rstd = gl.rsqrt(gl.sum(z * z, axis=1) * inv_n + eps)
+    gl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    y = z * rstd[:, None]
+    if gamma_ptr is not None:
+        y = y * gl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(gl.float32)[None, :]
+    if beta_ptr is not None:
+        y = y + gl.load(beta_ptr + cols, mask=col_ok, other=0.0).to(gl.float32)[None, :]
+    if res_out_ptr is not None:
+        y = y + gl.load(res_out_ptr + offs, mask=in_tile, other=0.0).to(gl.float32)
+    return y
+
+
+@gluon.jit
 def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N, K,
                            stride_xm, stride_w, stride_om, inv_k, eps,
+                           res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr,  # POST_NORM's; None: off
                            ROW_STATS: gl.constexpr,  # 0 none, 1 RMSNorm (Σx²), 2 LayerNorm (shifted Σx, Σx²)
                            ROW_SCALE: gl.constexpr,  # rstd (and μ for CENTER) read from rstd_ptr / mean_ptr
                            CENTER: gl.constexpr,  # LayerNorm: subtract μ · u
                            HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr,
                            W_KN: gl.constexpr,  # w stored [K, N] (x @ w), else [N, K] (x @ wᵀ)
+                           POST_NORM: gl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the output rows (N ≤ BLOCK_N)
                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                            GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
     x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_w, stride_om,
@@ -320,7 +382,8 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
 
         # epilogue, while the next tile's loads are in flight
         _epilogue(acc, rows, sum_a, sum_b, shift, tile_m, tile_n, tile_pid_n, out_desc, out_smem, bias_ptr, rstd_ptr,
-                  mean_ptr, u_ptr, M, N, inv_k, eps, ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS)
+                  mean_ptr, u_ptr, M, N, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
+                  ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, POST_NORM)
     tma.store_wait(pendings=0)
     for i in gl.static_range(NUM_BUFFERS):
         mbarrier.invalidate(bars.index(i))
@@ -350,9 +413,10 @@ def _ws_producer(x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STAT
 
 @gluon.jit
 def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N,
-                 K, stride_xm, inv_k, eps, ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr,
-                 HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr, GROUP_M: gl.constexpr,
-                 NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr, W_KN: gl.constexpr):
+                 K, stride_xm, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
+                 ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr, HAS_BIAS: gl.constexpr,
+                 WRITE_STATS: gl.constexpr, GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr,
+                 num_warps: gl.constexpr, W_KN: gl.constexpr, POST_NORM: gl.constexpr):
     """The warp-specialized kernel's consumer (the default partition, num_warps warps): per K step wait "ready",
     issue the wgmma asynchronously, add the row sums from the same x tile, retire the previous wgmma and release
     its stage; after the tile's last K step retire the last wgmma, release its stage, run the epilogue."""
@@ -382,15 +446,18 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
         mbarrier.arrive(empty.index((c + NUM_BUFFERS - 1) % NUM_BUFFERS))
         # epilogue, while the producer loads the next tile's first stages
         _epilogue(acc, rows, sum_a, sum_b, shift, off_m, off_n, pid_n, out_desc, out_smem, bias_ptr, rstd_ptr,
-                  mean_ptr, u_ptr, M, N, inv_k, eps, ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS)
+                  mean_ptr, u_ptr, M, N, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
+                  ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, POST_NORM)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr, M, N, K,
                               stride_xm, stride_w, stride_om, inv_k, eps,
+                              res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr,
                               ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr,
                               HAS_BIAS: gl.constexpr, WRITE_STATS: gl.constexpr, W_KN: gl.constexpr,
+                              POST_NORM: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               num_warps: gl.constexpr):
@@ -444,8 +511,9 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
     # into runtime values in the partitions)
     gl.warp_specialize([
         (_ws_consumer, (x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
-                        M, N, K, stride_xm, inv_k, eps, ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, GROUP_M,
-                        NUM_BUFFERS, num_warps, W_KN)),
+                        M, N, K, stride_xm, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
+                        ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, GROUP_M, NUM_BUFFERS, num_warps, W_KN,
+                        POST_NORM)),
         (_ws_producer, (x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STATS, GROUP_M, NUM_BUFFERS,
                         W_KN)),
     ], [1], [PRODUCER_REGS])
@@ -498,6 +566,48 @@ def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: di
     return None
 
 
+def post_unsupported_reason(dtype: torch.dtype, device: torch.device, M: int, K: int, N: int, cfg: dict,
+                            w_kn: bool = False) -> str | None:
+    """None if this mainloop can run the post-norm "row" epilogue (post_run) with ``cfg``, else why not: whole
+    rows per tile (N ≤ BLOCK_N), on top of the mainloop's and the Triton post-norm's limits."""
+    from .norm_gemm import post_norm_unsupported_reason
+
+    if N > cfg["BLOCK_N"]:
+        return f"N={N} > BLOCK_N={cfg['BLOCK_N']}: the post-norm epilogue needs whole rows per tile"
+    return (unsupported_reason(dtype, device, K, cfg, "plain", False, w_kn)
+            or post_norm_unsupported_reason(dtype, K, N, M, device))
+
+
+def post_run(cfg, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn=False,
+             residual_out=None):
+    """norm_gemm._run_post's "row" plan on this mainloop: out = norm(x wᵀ + bias + residual) · γ (+ β)
+    (+ residual_out), z (if given) = x wᵀ + bias + residual, rstd and (LayerNorm) mean [M] fp32 of z's rows.
+    Nothing is folded: γ, β and the residuals act on the GEMM's output. Not offered to the selection
+    (norm_gemm._post_candidate_plans) until checked on the GPU (``benchmarks/gluon_probe.py --post``)."""
+    assert out.shape[1] <= cfg["BLOCK_N"], "the row epilogue needs BLOCK_N >= N"
+    assert rstd is not None and (mean is not None or not layer_norm), "the kernel always stores the statistics"
+    launch(x, w, out, cfg, bias=bias, rstd=rstd, mean=mean if layer_norm else None, eps=eps, w_kn=w_kn,
+           post_norm=LN_STATS if layer_norm else RMS_STATS, residual=residual, gamma=norm_weight, beta=norm_bias,
+           z=z, residual_out=residual_out)
+
+
+def matmul_norm(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_norm, cfg, write_z=False, w_kn=False,
+                residual_out=None):
+    """norm_gemm.matmul_norm on this mainloop with the block config ``cfg``: (y, z or None, mean or None, rstd)."""
+    M = x.shape[0]
+    N = w.shape[1 if w_kn else 0]
+    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    z = torch.empty_like(out) if write_z else None
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    mean = torch.empty_like(rstd) if layer_norm else None
+    bias, residual, norm_weight, norm_bias, residual_out = (
+        t.contiguous() if t is not None else None for t in (bias, residual, norm_weight, norm_bias, residual_out))
+    if M:
+        post_run(cfg, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
+                 residual_out)
+    return out, z, mean, rstd
+
+
 def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None, w_kn=False):
     """One plan of norm_gemm's prologues on this mainloop (norm_gemm._run hands over the "gluon_*" plans): γ is
     already folded into ``w_eff`` [N, K] ([K, N] with ``w_kn``) and, for LayerNorm (``mean`` given), β into the
@@ -518,9 +628,11 @@ def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None, w_kn=Fals
 
 
 def launch(x, w, out, cfg, *, row_stats=NO_STATS, row_scale=False, bias=None, rstd=None, mean=None, u=None,
-           eps=0.0, write_stats=False, w_kn=False):
+           eps=0.0, write_stats=False, w_kn=False, post_norm=NO_STATS, residual=None, gamma=None, beta=None, z=None,
+           residual_out=None):
     """out = epilogue(x @ wᵀ) with w [N, K], or epilogue(x @ w) with w [K, N] when ``w_kn`` (γ already folded
-    in); see the module doc for the flags.
+    in); see the module doc for the flags. ``post_norm`` (RMS_STATS / LN_STATS): the post-norm epilogue instead
+    (post_run), with the [M, N] ``residual``, ``z``, ``residual_out`` and the norm's ``gamma``, ``beta``.
 
     While the pass traces a plan into the graph (fake tensors, ops.trace_direct_launch) this records the launch
     op below instead: Inductor cannot emit a Gluon kernel into its generated code, so the graph calls this thin
@@ -529,7 +641,7 @@ def launch(x, w, out, cfg, *, row_stats=NO_STATS, row_scale=False, bias=None, rs
 
     args = (x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, cfg["BLOCK_M"], cfg["BLOCK_N"],
             cfg["BLOCK_K"], cfg["NUM_BUFFERS"], cfg["GROUP_M"], cfg["num_warps"], int(cfg.get("warp_specialize", 0)),
-            bool(w_kn))
+            bool(w_kn), post_norm, residual, gamma, beta, z, residual_out)
     if norm_gemm._traced(x) or _THROUGH_OP:
         torch.ops.norm_fusion.gluon_norm_gemm(*args)
     else:
@@ -557,25 +669,31 @@ def through_op():
 _LIB = torch.library.Library("norm_fusion", "FRAGMENT")
 _LIB.define("gluon_norm_gemm(Tensor x, Tensor w, Tensor(a!) out, Tensor? bias, Tensor(b!)? rstd, Tensor(c!)? mean, "
             "Tensor? u, float eps, int row_stats, bool row_scale, bool write_stats, int block_m, int block_n, "
-            "int block_k, int num_buffers, int group_m, int num_warps, int warp_specialize=0, bool w_kn=False) -> ()")
+            "int block_k, int num_buffers, int group_m, int num_warps, int warp_specialize=0, bool w_kn=False, "
+            "int post_norm=0, Tensor? residual=None, Tensor? gamma=None, Tensor? beta=None, Tensor(d!)? z=None, "
+            "Tensor? residual_out=None) -> ()")
 
 
 def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, bm, bn, bk, num_buffers,
-                   group_m, num_warps, warp_specialize=0, w_kn=False):
+                   group_m, num_warps, warp_specialize=0, w_kn=False, post_norm=0, residual=None, gamma=None,
+                   beta=None, z=None, residual_out=None):
     from . import norm_gemm
 
     M, K = x.shape
     N = w.shape[1] if w_kn else w.shape[0]  # w [K, N] or [N, K]; w.stride(0) is then its K or N stride
     norm_gemm._ensure_allocator()  # device-side descriptors live in Triton's global scratch (per thread)
     tensors = (x, w, out, *(t if t is not None else out for t in (bias, rstd, mean, u)))
-    meta = dict(ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None, HAS_BIAS=bias is not None,
-                WRITE_STATS=write_stats, W_KN=bool(w_kn), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m,
-                NUM_BUFFERS=num_buffers, num_warps=num_warps)
+    # the post-norm's operands are None when absent (the kernel tests for None; no parameter in the other
+    # variants' PTX)
+    post_tensors = (residual, gamma, beta, z, residual_out)
+    meta = dict(ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None and not post_norm,
+                HAS_BIAS=bias is not None, WRITE_STATS=write_stats, W_KN=bool(w_kn), POST_NORM=post_norm,
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, NUM_BUFFERS=num_buffers, num_warps=num_warps)
     kernel = norm_gemm_gluon_kernel
     if warp_specialize:  # its extra meta (PRODUCER_REGS, maxnreg) also keeps its launch keys apart
         kernel = norm_gemm_gluon_ws_kernel
         meta |= _ws_options(num_warps)
-    args = (*tensors, M, N, K, x.stride(0), w.stride(0), out.stride(0), 1.0 / K, eps)
+    args = (*tensors, M, N, K, x.stride(0), w.stride(0), out.stride(0), 1.0 / K, eps, *post_tensors)
 
     def grid():  # persistent: one CTA per SM at most
         return (min(norm_gemm._num_sms(x.device.index or 0), triton.cdiv(M, bm) * triton.cdiv(N, bn)), 1, 1)

@@ -3,7 +3,8 @@ timed side by side with cuBLAS, Inductor's norm and the Triton mainloop's best c
 warp-specialized kernel's configs (glu.WS_CONFIGS, not offered to the selection until checked here) to both.
 --w-kn also checks every config with the weight stored [K, N] (W_KN, GPT-2's Conv1D: out = x @ w), which
 glu.unsupported_reason keeps from the selection until checked here: the plans are forced (plan=..., w_kn=True).
---post checks and times the post-norm "row" epilogue instead (glu.matmul_norm, y = norm(x wᵀ + b + residual),
+--post checks and times the post-norm "row" epilogue instead (tri.matmul_norm with a "gluon_row" plan,
+y = norm(x wᵀ + b + residual),
 not offered to the selection until checked here): every config holding whole rows (BLOCK_N ≥ N) against float64
 beside the Triton row plan and the unfused path, then timed against cuBLAS + Inductor's norm and the Triton row
 plan at N = 256.
@@ -195,8 +196,8 @@ def check_post(configs):
             runs = [("triton_" + plan[0], lambda plan=plan: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
                                                                              plan=plan, **kwargs))
                     for plan in _triton_row_plans(x, N)[:1]]
-            runs += [(f"gluon{label}", lambda cfg=cfg: glu.matmul_norm(x, w, bias, residual, gamma, beta, EPS, cfg=cfg,
-                                                                        **kwargs))
+            runs += [(f"gluon{label}", lambda cfg=cfg: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
+                                                                        plan=("gluon_row", cfg), **kwargs))
                      for label, cfg in _post_configs(configs, x.dtype, M, K, N)]
             for label, run in runs:
                 y, z, mean, rstd = run()
@@ -234,8 +235,8 @@ def timing_post(json_path, configs):
             fns[f"triton_row{i}"] = lambda plan=plan: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
                                                                       layer_norm=layer_norm, plan=plan)
         for label, cfg in _post_configs(configs, x.dtype, M, K, N):
-            fns[f"gluon{label}"] = lambda cfg=cfg: glu.matmul_norm(x, w, bias, residual, gamma, beta, EPS, cfg=cfg,
-                                                                   layer_norm=layer_norm)
+            fns[f"gluon{label}"] = lambda cfg=cfg: tri.matmul_norm(x, w, bias, residual, gamma, beta, EPS,
+                                                                   layer_norm=layer_norm, plan=("gluon_row", cfg))
         t = bench(fns, rounds=3, rep=40)
         unfused = t["cublas"] + t["inductor_norm"]
         best = min((v, k) for k, v in t.items() if k not in ("cublas", "inductor_norm"))
@@ -258,7 +259,7 @@ def main():
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
     ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
-    ap.add_argument("--post", action="store_true", help="the post-norm epilogue (glu.matmul_norm) instead")
+    ap.add_argument("--post", action="store_true", help="the post-norm epilogue (\"gluon_row\" plans) instead")
     args = ap.parse_args()
     configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)

@@ -244,15 +244,16 @@ def test_pre_norm_launches_pass_no_post_norm_operands(monkeypatch):
 
 
 def test_matmul_norm_allocates_the_outputs(monkeypatch):
-    """(y, z or None, mean or None, rstd), as norm_gemm.matmul_norm returns them; z only with write_z."""
+    """norm_gemm.matmul_norm hands a "gluon_row" plan to post_run with the outputs it allocated: (y, z or None,
+    mean or None, rstd); z only with write_z."""
     runs = []
     monkeypatch.setattr(norm_gemm_gluon, "post_run", lambda *args: runs.append(args))
     x, w = torch.randn(8, 64).bfloat16(), torch.randn(16, 64).bfloat16()
-    y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=False,
-                                                   cfg=norm_gemm_gluon.CONFIGS[0])
+    plan = ("gluon_row", norm_gemm_gluon.CONFIGS[0])
+    y, z, mean, rstd = norm_gemm.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=False, plan=plan)
     assert y.shape == (8, 16) and y.dtype == torch.bfloat16 and z is None and mean is None and rstd.shape == (8,)
-    y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=True,
-                                                   cfg=norm_gemm_gluon.CONFIGS[0], write_z=True)
+    y, z, mean, rstd = norm_gemm.matmul_norm(x, w, None, None, None, None, 1e-6, layer_norm=True, plan=plan,
+                                             write_z=True)
     assert z.shape == (8, 16) and mean.dtype == torch.float32
     assert len(runs) == 2 and runs[1][4] is z and runs[1][5] is mean
 
@@ -266,8 +267,8 @@ def test_traced_post_run_records_the_thin_op_with_its_operands():
     cfg = norm_gemm_gluon.CONFIGS[0]
 
     def f(x, w, res, gamma, beta):
-        y, z, mean, rstd = norm_gemm_gluon.matmul_norm(x, w, None, res, gamma, beta, 1e-5, layer_norm=True, cfg=cfg,
-                                                       write_z=True)
+        y, z, mean, rstd = norm_gemm.matmul_norm(x, w, None, res, gamma, beta, 1e-5, layer_norm=True,
+                                                 plan=("gluon_row", cfg), write_z=True)
         return y, z, mean, rstd
 
     with FakeTensorMode():

@@ -287,8 +287,9 @@ def _norm_gemm_gluon(ngg):
         n = 256
         for cfg in [c for c in ngg.CONFIGS if c["BLOCK_N"] >= n] + ngg.WS_CONFIGS[:1]:
             for layer_norm in (False, True):
-                ngg.matmul_norm(x, _empty(n, K), _empty(n), _empty(M, n), _empty(n), _empty(n) if layer_norm else None,
-                                1e-6, layer_norm=layer_norm, cfg=cfg, write_z=True, residual_out=_empty(M, n))
+                norm_gemm.matmul_norm(x, _empty(n, K), _empty(n), _empty(M, n), _empty(n),
+                                      _empty(n) if layer_norm else None, 1e-6, layer_norm=layer_norm,
+                                      plan=("gluon_row", cfg), write_z=True, residual_out=_empty(M, n))
     finally:
         ngg._cached_launch = cached_launch
 

@@ -856,6 +856,11 @@ def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
 
 def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
               residual_out=None):
+    if plan[0] == GLUON + "row":  # the row exchange on the hand-scheduled Hopper mainloop (not offered yet)
+        from . import norm_gemm_gluon
+
+        return norm_gemm_gluon.post_run(plan[1], x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias,
+                                        eps, layer_norm, w_kn, residual_out)
     post = RowNorm(layer_norm, plan[0], residual=residual, z=z, weight=norm_weight, bias=norm_bias, mean=mean,
                     residual_out=residual_out)
     _launch(x, w, out, None, bias, rstd, eps, plan[1], w_kn=w_kn, post=post)

@@ -591,23 +591,6 @@ def post_run(cfg, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bi
            z=z, residual_out=residual_out)
 
 
-def matmul_norm(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_norm, cfg, write_z=False, w_kn=False,
-                residual_out=None):
-    """norm_gemm.matmul_norm on this mainloop with the block config ``cfg``: (y, z or None, mean or None, rstd)."""
-    M = x.shape[0]
-    N = w.shape[1 if w_kn else 0]
-    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    z = torch.empty_like(out) if write_z else None
-    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
-    mean = torch.empty_like(rstd) if layer_norm else None
-    bias, residual, norm_weight, norm_bias, residual_out = (
-        t.contiguous() if t is not None else None for t in (bias, residual, norm_weight, norm_bias, residual_out))
-    if M:
-        post_run(cfg, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
-                 residual_out)
-    return out, z, mean, rstd
-
-
 def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None, w_kn=False):
     """One plan of norm_gemm's prologues on this mainloop (norm_gemm._run hands over the "gluon_*" plans): γ is
     already folded into ``w_eff`` [N, K] ([K, N] with ``w_kn``) and, for LayerNorm (``mean`` given), β into the

@@ -4,6 +4,13 @@ NORM_FUSION_FUSED_BACKWARD=1) and without it; do_bench medians, interleaved; pea
 
     python benchmarks/backward.py --norm rms --shapes 65536x1024x1024 --json backward.json
     python benchmarks/backward.py --check-only --shapes 64x48x40      # CPU (interpreter): gradients only
+    python benchmarks/backward.py --kernels --norm ln                  # the dgrad kernel alone (see below)
+
+--kernels times the piece the fused backward replaces, alone: the dgrad GEMM dn = dY·W followed by the norm's
+backward (dx, dγ, dβ from dn, x and the saved statistics), as torch.compile runs it (cuBLAS + one Inductor
+reduction kernel) against `norm_gemm.norm_backward_dgrad` (one kernel, tuned plan). It says whether wiring the
+kernel into compiled training graphs can pay before that wiring is written:
+hidden % = (t_dgrad_mm + t_norm_bwd − t_fused) / t_norm_bwd.
 
 hidden % = (t_norm + t_mm − t_fused) / t_norm, where t_norm is torch.compile of the norm alone, forward and
 backward, and t_mm the three cuBLAS GEMMs of the linear's forward and backward (out, dx̂, dW).
@@ -157,6 +164,66 @@ def run_shape(M, K, N, args) -> dict:
     return row
 
 
+def norm_backward_from_dn(dn, x, rstd, mean, gamma):
+    """The norm's backward given dn = dL/d(normalized·γ + β) as Inductor's backward graph computes it: fp32 math,
+    dx in x's dtype, dγ and dβ column sums (dβ None for RMSNorm). rstd, mean: [M, 1] fp32."""
+    dn32, x32 = dn.float(), x.float()
+    x_hat = (x32 - mean) * rstd if mean is not None else x32 * rstd
+    g = dn32 * gamma.float() if gamma is not None else dn32
+    proj = (g * x_hat).mean(-1, keepdim=True)
+    centered = g - g.mean(-1, keepdim=True) if mean is not None else g
+    dx = (rstd * (centered - x_hat * proj)).to(x.dtype)
+    return dx, (dn32 * x_hat).sum(0), dn32.sum(0) if mean is not None else None
+
+
+def kernel_row(M, K, N, args) -> dict:
+    """The dgrad + norm-backward piece alone: torch.compile (cuBLAS mm + Inductor's reduction) against the
+    fused kernel; every output against float64 first (outputs of the fused kernel are fresh: nothing to poison)."""
+    from triton.testing import do_bench
+
+    from norm_fusion_inductor.kernels import norm_gemm
+
+    ln = args.norm == "ln"
+    x, gamma, beta, w, dy = make(M, K, N, getattr(torch, args.dtype), "cuda", args.norm)
+    x, gamma, w = x.detach(), gamma.detach(), w.detach()
+    x32 = x.float()
+    var, mu = torch.var_mean(x32, -1, correction=0, keepdim=True)
+    mean = mu if ln else None
+    rstd = torch.rsqrt((var if ln else x32.pow(2).mean(-1, keepdim=True)) + EPS)
+    ref = norm_backward_from_dn(dy.double() @ w.double(), x.double(), rstd.double(),
+                                mean.double() if ln else None, gamma.double())
+
+    def piece(dy, w, x, rstd, mean, gamma):
+        return norm_backward_from_dn(dy @ w, x, rstd, mean, gamma)
+
+    torch._dynamo.reset()
+    default = torch.compile(piece)
+    norm_only = torch.compile(norm_backward_from_dn)
+    dn = dy @ w
+    rstd1, mean1 = rstd.reshape(-1).contiguous(), (mu.reshape(-1).contiguous() if ln else None)
+    fns = {"default": lambda: default(dy, w, x, rstd, mean, gamma),
+           "dgrad_mm": lambda: torch.mm(dy, w),
+           "norm_bwd": lambda: norm_only(dn, x, rstd, mean, gamma),
+           "fused": lambda: norm_gemm.norm_backward_dgrad(dy, w, x, rstd1, mean1, gamma, layer_norm=ln)}
+    if not args.no_max_autotune:
+        mat = torch.compile(piece, mode="max-autotune-no-cudagraphs")
+        fns["max_autotune"] = lambda: mat(dy, w, x, rstd, mean, gamma)
+    row = {"M": M, "K": K, "N": N, "norm": args.norm, "dtype": args.dtype}
+    for name in ("default", "fused"):
+        out = fns[name]()
+        row[f"err_{name}"] = {g: rel_err(a, b) for g, a, b in zip(("dx", "dgamma", "dbeta"), out, ref)
+                              if b is not None}
+    times = {k: [] for k in fns}
+    for _ in range(3):  # interleaved rounds
+        for name, fn in fns.items():
+            times[name].append(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+    row.update({f"t_{k}": statistics.median(v) for k, v in times.items()})
+    best = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    row["ratio_fused"] = row["t_fused"] / best
+    row["hidden_fused"] = (row["t_dgrad_mm"] + row["t_norm_bwd"] - row["t_fused"]) / row["t_norm_bwd"]
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="*", help="MxKxN ...")
@@ -164,8 +231,11 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--check-only", action="store_true", help="gradients against float64 only (CPU: interpreter)")
+    p.add_argument("--kernels", action="store_true", help="the dgrad + norm-backward piece alone (GPU)")
     p.add_argument("--json")
     args = p.parse_args()
+    if args.kernels and not torch.cuda.is_available():
+        p.error("--kernels times GPU kernels: no CUDA device")
     if not torch.cuda.is_available():
         args.check_only = True
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -176,7 +246,7 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M')}  norm={args.norm}", flush=True)
     rows = []
     for M, K, N in shapes:
-        row = run_shape(M, K, N, args)
+        row = kernel_row(M, K, N, args) if args.kernels else run_shape(M, K, N, args)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items()}, default=str), flush=True)
         if args.json:

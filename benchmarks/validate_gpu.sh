@@ -6,6 +6,7 @@
 #   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
+#   bash benchmarks/validate_gpu.sh dgrad    # the dgrad kernel's GPU tests, then it alone vs torch.compile (~6 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
@@ -47,6 +48,22 @@ backward)
     for n in rms ln; do
         python3 benchmarks/backward.py --norm $n --no-max-autotune --json "$OUT/backward_$n.json" \
             --shapes 65536x1024x1024 65536x2048x256 65536x256x2048 2>&1 | tail -4 | cut -c1-600
+    done
+    ;;
+dgrad)  # whether the fused backward can pay in compiled training: the dgrad + norm-backward piece alone
+    timeout 150 python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line \
+        2>&1 | tail -6 | tee "$OUT/dgrad_tests.log"
+    for n in rms ln; do
+        timeout 200 python3 benchmarks/backward.py --kernels --norm $n --no-max-autotune --json "$OUT/dgrad_$n.json" \
+            --shapes ${SHAPES:-65536x1024x1024 65536x2048x256 65536x256x2048 65536x2048x2048} 2>&1 \
+            | python3 -c "import sys, json
+for line in sys.stdin:
+    if not line.startswith('{'): print(line.rstrip()[:300]); continue
+    r = json.loads(line); e = r['err_fused']
+    print(r['norm'], r['M'], r['K'], r['N'], 'default %.4f fused %.4f mm %.4f normbwd %.4f ratio %.3f hidden %.0f%%' % (
+        r['t_default'], r['t_fused'], r['t_dgrad_mm'], r['t_norm_bwd'], r['ratio_fused'], 100 * r['hidden_fused']),
+        'err fused', {k: '%.1e' % v for k, v in e.items()}, 'default', {k: '%.1e' % v for k, v in r['err_default'].items()})
+" | tee -a "$OUT/dgrad_kernels.log"
     done
     ;;
 attention)

@@ -24,20 +24,27 @@ def test_gluon_plans_offered_for_16_bit_inputs_on_sm90(sm90):
     plans = norm_gemm._candidate_plans(_x(sm90, 1024))
     gluon = [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
     assert {p[0] for p in gluon} == {"gluon_in_loop", "gluon_pre_pass"}
-    assert len(gluon) == 2 * len(norm_gemm_gluon.CONFIGS)
+    assert len(gluon) == 2 * len(norm_gemm_gluon.CONFIGS + norm_gemm_gluon.OFFERED_WS)
+    assert [p[1] for p in gluon if p[1].get("warp_specialize")] == 2 * norm_gemm_gluon.OFFERED_WS
     assert len(plans) == len(gluon) + 2 * len(norm_gemm._GPU_CONFIGS)  # the Triton mainloop's plans stay
 
 
 @pytest.mark.parametrize("dtype,K,w_kn,center,reason", [
     (torch.float32, 1024, False, False, "16-bit"),
-    (torch.bfloat16, 1024, True, False, "[K, N]"),
     (torch.bfloat16, 64, False, False, "fill"),  # one K step: the 3-stage pipeline has nothing to prefetch
 ])
 def test_gluon_plans_left_out(sm90, dtype, K, w_kn, center, reason):
     plans = norm_gemm._candidate_plans(_x(sm90, K, dtype), center=center, w_kn=w_kn)
-    assert not [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
+    assert not [p for p in plans if p[0].startswith(norm_gemm.GLUON) and not p[1].get("warp_specialize")]
     cfg = norm_gemm_gluon.CONFIGS[0]
     assert reason in norm_gemm_gluon.unsupported_reason(dtype, sm90, K, cfg, "in_loop", center, w_kn)
+
+
+def test_gluon_plans_take_the_weight_stored_k_n(sm90):
+    """GPT-2's Conv1D weight [K, N]: the same Gluon plans as [N, K] (checked on the H200 by gluon_probe.py --w-kn)."""
+    def gluon(w_kn):
+        return [p for p in norm_gemm._candidate_plans(_x(sm90, 1024), w_kn=w_kn) if p[0].startswith(norm_gemm.GLUON)]
+    assert gluon(True) and gluon(True) == gluon(False)
 
 
 def test_gluon_layer_norm_in_loop_needs_whole_k_tiles(sm90):
@@ -167,13 +174,13 @@ def test_the_launch_op_takes_w_kn_and_the_post_norm_with_defaults():
     assert arguments[names.index("z")].alias_info.is_write  # the op writes z, as it does out, rstd and mean
 
 
-# --- the post-norm "row" epilogue (post_run): not offered to the selection, checked on the GPU by gluon_probe.py
+# --- the post-norm "row" epilogue (post_run), offered with POST_CONFIGS; checked on the GPU by gluon_probe.py --post
 
 @pytest.mark.parametrize("dtype,M,N,cfg,w_kn,reason", [
     (torch.bfloat16, 4096, 257, 0, False, "whole rows"),  # one column past the 128x256 tile
     (torch.bfloat16, 4096, 256, 1, False, "whole rows"),  # the 128x128 config holds N <= 128 only
     (torch.float32, 4096, 256, 0, False, "16-bit"),
-    (torch.bfloat16, 4096, 256, 0, True, "[K, N]"),
+    (torch.bfloat16, 4096, 256, 0, True, None),  # W [K, N]
     (torch.bfloat16, 4096, 196, 0, False, "16-byte"),  # TMA: the output's rows
     (torch.bfloat16, 2 ** 23, 256, 0, False, "32-bit"),  # the epilogue's pointer offsets
     (torch.bfloat16, 4096, 200, 0, False, None),
@@ -190,11 +197,19 @@ def test_post_norm_off_sm90(monkeypatch):
                                                               256, norm_gemm_gluon.CONFIGS[0])
 
 
-def test_post_norm_candidates_stay_triton_only(sm90, monkeypatch):
-    """The Gluon post-norm is not offered until checked on the GPU (gluon_probe.py --post)."""
+@pytest.mark.parametrize("gluon", [True, False])
+@pytest.mark.parametrize("N", [256, 1024])
+def test_post_norm_tuning_offers_the_gluon_row_plans_where_rows_fit(sm90, monkeypatch, gluon, N):
+    """post_tuned_plan times the Gluon row plans next to the Triton ones (gluon=True) where a tile holds whole
+    rows; the dgrad epilogue (_post_candidate_plans alone) and gluon=False stay on the Triton mainloop."""
     monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)
-    plans = norm_gemm._post_candidate_plans(_x(sm90, 1024), 256)
-    assert plans and all(p[0] in norm_gemm.EXCHANGES for p in plans)
+    x = _x(sm90, 1024)
+    timed = norm_gemm._post_plans(x, N, False, gluon)
+    triton_plans = norm_gemm._post_candidate_plans(x, N)
+    assert triton_plans and all(p[0] in norm_gemm.EXCHANGES for p in triton_plans)
+    gluon_rows = [p for p in timed if p[0] == norm_gemm.GLUON + "row"]
+    expected = [cfg for cfg in norm_gemm_gluon.POST_CONFIGS if N <= cfg["BLOCK_N"]] if gluon else []
+    assert [p[1] for p in gluon_rows] == expected and timed[:len(triton_plans)] == triton_plans
 
 
 def _kernel_launches(monkeypatch):

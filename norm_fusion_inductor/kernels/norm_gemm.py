@@ -738,7 +738,8 @@ def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) 
              if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
     from . import norm_gemm_gluon
 
-    return plans + [(GLUON + prologue, cfg) for prologue in prologues for cfg in norm_gemm_gluon.CONFIGS
+    return plans + [(GLUON + prologue, cfg) for prologue in prologues
+                    for cfg in norm_gemm_gluon.CONFIGS + norm_gemm_gluon.OFFERED_WS
                     if norm_gemm_gluon.unsupported_reason(x.dtype, x.device, K, cfg, prologue, center, w_kn) is None]
 
 
@@ -856,7 +857,7 @@ def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
 
 def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
               residual_out=None):
-    if plan[0] == GLUON + "row":  # the row exchange on the hand-scheduled Hopper mainloop (not offered yet)
+    if plan[0] == GLUON + "row":  # the row exchange on the hand-scheduled Hopper mainloop
         from . import norm_gemm_gluon
 
         return norm_gemm_gluon.post_run(plan[1], x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias,
@@ -866,12 +867,25 @@ def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_
     _launch(x, w, out, None, bias, rstd, eps, plan[1], w_kn=w_kn, post=post)
 
 
+def _post_plans(x, N: int, w_kn: bool, gluon: bool) -> list[tuple]:
+    """The post-norm's candidates: the Triton exchanges, and with ``gluon`` the Gluon row plans where they run."""
+    plans = _post_candidate_plans(x, N)
+    if gluon and x.is_cuda:
+        from . import norm_gemm_gluon
+
+        M, K = x.shape
+        plans += [(GLUON + "row", cfg) for cfg in norm_gemm_gluon.POST_CONFIGS
+                  if norm_gemm_gluon.post_unsupported_reason(x.dtype, x.device, M, K, N, cfg, w_kn) is None]
+    return plans
+
+
 def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_norm, write_z=False, w_kn=False,
-                    residual_out=None):
-    """Time every (exchange, config) once per (M bucket, N, K, dtype, flags) and cache the fastest."""
+                    residual_out=None, gluon=True):
+    """Time every (exchange, config) once per (M bucket, N, K, dtype, flags) and cache the fastest; ``gluon``:
+    the Gluon mainloop's row plans compete too (norm_gemm_gluon.POST_CONFIGS, where they run)."""
     M, K = x.shape
     N = w.shape[1 if w_kn else 0]
-    key = ("post", _bucket(M), N, K, x.dtype, x.device.type, layer_norm, write_z, w_kn,
+    key = ("post", _bucket(M), N, K, x.dtype, x.device.type, layer_norm, write_z, w_kn, gluon,
            *(t is not None for t in (bias, residual, norm_weight, norm_bias, residual_out)))
     if key in _TUNED:
         return _TUNED[key]
@@ -879,7 +893,7 @@ def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_
     z = torch.empty_like(out) if write_z else None
     rstd = torch.empty(M, device=x.device, dtype=torch.float32)
     mean = torch.empty_like(rstd) if layer_norm else None
-    return _fastest(key, _post_candidate_plans(x, N), lambda plan: _run_post(
+    return _fastest(key, _post_plans(x, N, w_kn, gluon), lambda plan: _run_post(
         plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn, residual_out),
         timed=x.is_cuda)
 

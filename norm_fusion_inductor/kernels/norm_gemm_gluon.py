@@ -16,7 +16,7 @@ Math (design.md §1.1–1.2), x [M, K], W [N, K], γ folded into the weight by t
 W_KN: the weight is stored [K, N] instead (GPT-2's Conv1D: y = x W with W [K, N]); the same math with W'ᵀ
 stored, u[n] = Σ_k W'[k, n]. Only the W tile changes: TMA loads [BLOCK_K, BLOCK_N] tiles at [k, n] and the wgmma
 takes them as its B operand directly (N-major in shared memory) instead of through a permuted [BLOCK_N, BLOCK_K]
-view. Not offered to the selection until checked on the GPU (``benchmarks/gluon_probe.py --w-kn``).
+view. Checked against float64 on the H200 for every config and prologue (``benchmarks/gluon_probe.py --w-kn``).
 
 ROW_STATS (the in-loop prologue): every K step, once the wgmma on the x tile is issued, the same shared-memory
 tile is read into registers and Σx² (LayerNorm: Σ(x − s), Σ(x − s)², s = x[m, 0], so nothing cancels when
@@ -29,8 +29,8 @@ GEMM's output rows, z = x Wᵀ + b + residual, y = norm(z)·γ (+ β) (+ residua
 (N ≤ BLOCK_N). Same mainloop (plain GEMM), another epilogue (``_post_norm``): exact two-pass row moments in
 registers, rstd (and μ) stored for every row. What it gains over the Triton row plan is the overlap: the next
 tile's loads are in flight during this epilogue. The post-norm's operands are None when absent, so the other
-variants' PTX is unchanged. Not offered to the selection (norm_gemm._post_candidate_plans) until checked on the
-GPU (``benchmarks/gluon_probe.py --post``).
+variants' PTX is unchanged. Offered with POST_CONFIGS (norm_gemm.post_tuned_plan) since it was right on the H200
+(``benchmarks/gluon_probe.py --post``).
 
 Schedule (per CTA of a persistent grid, tiles in grouped order): NUM_BUFFERS shared-memory stages, each an x tile
 and a W tile loaded by TMA onto one mbarrier. The producer runs NUM_BUFFERS − 1 loads ahead of the wgmma; each
@@ -41,8 +41,7 @@ epilogue (scale, bias, store) runs while those loads are in flight.
 Warp-specialized variant (``norm_gemm_gluon_ws_kernel``, WS_CONFIGS): the same math and epilogue (the helpers
 ``_tile_stats_init``, ``_add_row_stats``, ``_epilogue`` are shared), with the TMA loads in a 1-warp producer
 partition and the wgmmas, row sums and epilogue in the consumer warps, synchronised by ready/empty mbarrier rings
-(its docstring has the protocol). Not offered to the selection until checked on the GPU
-(``benchmarks/gluon_probe.py --ws``).
+(its docstring has the protocol). OFFERED_WS are its configs the selection tries.
 
 Launch: the TMA descriptors are made on the device (made on the host they cost ~180 µs per call). Inductor cannot
 emit a Gluon kernel into its generated code, so when the pass traces a plan into the graph the launch becomes a
@@ -530,13 +529,20 @@ CONFIGS = [
     dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=4, GROUP_M=8, num_warps=4),
 ]
 
-# norm_gemm_gluon_ws_kernel's configs (the cooperative ones of commit 63b7537's probe): not offered to the
-# selection (norm_gemm._candidate_plans) until checked on the GPU (benchmarks/gluon_probe.py --ws). Their registers
-# follow from num_warps (_ws_options).
+# norm_gemm_gluon_ws_kernel's configs (the cooperative ones of commit 63b7537's probe); their registers follow
+# from num_warps (_ws_options). Right at every prologue, both weight layouts and |μ| = 1000σ on the H200
+# (gluon_probe.py --ws --w-kn, 2026-11-30 sixth session); the 128×256 one ran the in-loop prologue 2–7 % faster
+# than CONFIGS[0] at 65536×1024×1024, 262144×256×1024 and 65536×2048×256 and is offered (OFFERED_WS); the
+# 128×128 one was the slowest everywhere and is not.
 WS_CONFIGS = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=3, GROUP_M=8, num_warps=8, warp_specialize=True),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_BUFFERS=5, GROUP_M=8, num_warps=8, warp_specialize=True),
 ]
+OFFERED_WS = WS_CONFIGS[:1]
+# post-norm row plans offered (norm_gemm._post_candidate_plans): CONFIGS[0] and [2] were right on the H200 and
+# CONFIGS[0] the fastest row epilogue at 4 of 16 shapes (gluon_probe.py --post); the WS kernel's row epilogue
+# was the slowest at every shape (1.3–1.6x the unfused path) and is not offered.
+POST_CONFIGS = [CONFIGS[0], CONFIGS[2]]
 WS_PRODUCER_REGS = 40  # the TMA warp needs few (setmaxnreg.dec)
 
 
@@ -557,8 +563,6 @@ def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: di
         return f"dtype {dtype} (the Gluon mainloop takes 16-bit inputs)"
     if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
         return "the Gluon mainloop is written for sm_90 (wgmma)"
-    if w_kn:  # the W_KN kernels compile (test_sm90_compile.py) but have not run on the GPU yet
-        return "weights stored [K, N] are not offered until checked on the GPU (gluon_probe.py --w-kn)"
     if not cfg.get("warp_specialize") and triton.cdiv(K, cfg["BLOCK_K"]) < cfg["NUM_BUFFERS"] - 1:
         return f"K={K} has fewer K steps than the pipeline's fill"
     if layer_norm and prologue == "in_loop" and K % cfg["BLOCK_K"]:
@@ -582,8 +586,7 @@ def post_run(cfg, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bi
              residual_out=None):
     """norm_gemm._run_post's "row" plan on this mainloop: out = norm(x wᵀ + bias + residual) · γ (+ β)
     (+ residual_out), z (if given) = x wᵀ + bias + residual, rstd and (LayerNorm) mean [M] fp32 of z's rows.
-    Nothing is folded: γ, β and the residuals act on the GEMM's output. Not offered to the selection
-    (norm_gemm._post_candidate_plans) until checked on the GPU (``benchmarks/gluon_probe.py --post``)."""
+    Nothing is folded: γ, β and the residuals act on the GEMM's output."""
     assert out.shape[1] <= cfg["BLOCK_N"], "the row epilogue needs BLOCK_N >= N"
     assert rstd is not None and (mean is not None or not layer_norm), "the kernel always stores the statistics"
     launch(x, w, out, cfg, bias=bias, rstd=rstd, mean=mean if layer_norm else None, eps=eps, w_kn=w_kn,

@@ -1,0 +1,37 @@
+"""Why the selection fuses (or not) one site: its measured times and the decision's reason, on the GPU.
+
+    python benchmarks/why_site.py 65536x2048x256 --position post --norm rms --bias --residual
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from norm_fusion_inductor import selection
+from norm_fusion_inductor.config import NormFusionConfig
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("shape", help="MxKxN")
+    p.add_argument("--position", choices=["pre", "post"], default="pre")
+    p.add_argument("--norm", choices=["rms", "ln"], default="rms")
+    p.add_argument("--bias", action="store_true")
+    p.add_argument("--residual", action="store_true")
+    p.add_argument("--dtype", default="bfloat16")
+    args = p.parse_args()
+    M, K, N = (int(v) for v in args.shape.split("x"))
+    site = selection.MatmulSite(M, K, N, getattr(torch, args.dtype), torch.device("cuda"), True, args.bias,
+                                norm=args.norm, has_norm_bias=args.norm == "ln", position=args.position,
+                                has_residual=args.residual)
+    measured = selection._measure(site)  # what choose() decides on (fresh: no cache)
+    print("measured", json.dumps(measured, default=str))
+    choice = selection.choose(site, NormFusionConfig())
+    print("choice", choice.fused, choice.implementation, choice.reason)
+
+
+if __name__ == "__main__":
+    main()

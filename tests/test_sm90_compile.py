@@ -174,11 +174,27 @@ def _compile_sm90(module_name: str, spec: dict):
         from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     try:
         src = ASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
-        triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
-        error = None
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+        error = _resources(compiled, _label(spec)) if os.environ.get("SM90_RESOURCES") else None
     except Exception as e:
         error = _innermost(e)
     return time.perf_counter() - start, error
+
+
+def _resources(compiled, label: str) -> None:
+    """Print ptxas's register and spill count of a compiled kernel (``SM90_RESOURCES=1``: which launches spill)."""
+    import tempfile
+
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(compiled.asm["ptx"])
+        f.flush()
+        proc = subprocess.run([knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                              capture_output=True, text=True)
+    lines = [line.split("info    : ")[-1].strip() for line in proc.stderr.splitlines()
+             if "Used" in line or "spill" in line]
+    print(f"resources {label}: {' | '.join(lines)}", flush=True)
 
 
 def _innermost(e: BaseException) -> str:

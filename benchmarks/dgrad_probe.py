@@ -1,0 +1,89 @@
+"""Where the fused backward's dgrad kernel (norm_gemm.norm_backward_dgrad) spends its time, per plan (GPU):
+the whole kernel, the same mainloop with no epilogue (dn = dY·W written out), cuBLAS, and the host time per call.
+
+    python benchmarks/dgrad_probe.py --norm ln --shapes 65536x1024x1024 65536x2048x256
+
+Shapes are M×K×N of the forward (x [M, K], W [N, K]): the dgrad's output is [M, K], its reduction runs over N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from triton.testing import do_bench
+
+from norm_fusion_inductor.kernels import norm_gemm
+
+
+def host_ms(fn, calls=20):
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls * 1e3
+    torch.cuda.synchronize()
+    return host
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", default=["65536x1024x1024", "65536x2048x256", "65536x256x2048"])
+    p.add_argument("--norm", choices=["rms", "ln"], default="ln")
+    p.add_argument("--more", action="store_true", help="also smaller block configs; no mainloop-only rows")
+    args = p.parse_args()
+    ln = args.norm == "ln"
+    for shape in args.shapes:
+        M, K, N = (int(v) for v in shape.split("x"))
+        dy = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        w = (torch.randn(N, K, device="cuda") / K**0.5).bfloat16()
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        gamma = (1 + 0.1 * torch.randn(K, device="cuda")).bfloat16()
+        var, mu = torch.var_mean(x.float(), -1, correction=0)
+        rstd = torch.rsqrt(var + 1e-6)
+        mean = mu if ln else None
+        dn = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+        fns = {"cuBLAS dY·W": lambda: torch.mm(dy, w)}
+        plans = norm_gemm._post_candidate_plans(x, K)
+        if args.more:  # smaller tiles: no register spills in the epilogue (offline sm_90 compile, ptxas -v)
+            for bm, bn, warps in ((64, 256, 8), (64, 128, 8), (128, 64, 8), (64, 64, 4)):
+                exchange = "row" if K <= bn else "spin"
+                if exchange == "row" and bn > max(64, K) * 2:
+                    continue
+                plans.append((exchange, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=3,
+                                             num_warps=warps, WARP_SPECIALIZE=False, FLATTEN=False)))
+        for plan in plans:
+            cfg = plan[1]
+            name = f"{plan[0]} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}"
+            fns[name] = lambda plan=plan: norm_gemm.norm_backward_dgrad(dy, w, x, rstd, mean, gamma, layer_norm=ln,
+                                                                        plan=plan)
+            if not args.more:
+                fns[name + " mainloop only"] = lambda cfg=cfg: norm_gemm._launch(dy, w, dn, None, None, None, 0.0,
+                                                                                 cfg, w_kn=True)
+        # dx of each plan against fp32 torch (fresh outputs each call: nothing to poison)
+        dn32 = dy.float() @ w.float()
+        x_hat = (x.float() - (mu[:, None] if ln else 0)) * rstd[:, None]
+        g = dn32 * gamma.float()
+        centered = g - g.mean(-1, keepdim=True) if ln else g
+        dx_ref = rstd[:, None] * (centered - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        errors = {}
+        for k, fn in fns.items():
+            if "mainloop" not in k and "cuBLAS" not in k:
+                errors[k] = ((fn()[0].float() - dx_ref).norm() / dx_ref.norm()).item()
+        times = {k: [] for k in fns}
+        for _ in range(3):
+            for k, fn in fns.items():
+                times[k].append(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+        # bytes every version must move: dY, W, x read, dx written
+        bound = (M * N + N * K + 2 * M * K) * 2 / 4.3e12 * 1e3
+        print(f"== {args.norm} {shape}: memory bound {bound:.4f} ms (4.3 TB/s)")
+        for k, fn in fns.items():
+            err = f"   dx err {errors[k]:.1e}" if k in errors else ""
+            print(f"  {k:40s} GPU {statistics.median(times[k]):.4f} ms   host {host_ms(fn):.4f} ms/call{err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
 """Where the fused backward's dgrad kernel (norm_gemm.norm_backward_dgrad) spends its time, per plan (GPU):
-the whole kernel, the same mainloop with no epilogue (dn = dY·W written out), cuBLAS, and the host time per call.
+the whole kernel, without its column sums (dγ, dβ), with dβ from (Σ dY)·W instead (LayerNorm), the same
+mainloop with no epilogue (dn = dY·W written out), cuBLAS, and the host time per call.
 
     python benchmarks/dgrad_probe.py --norm ln --shapes 65536x1024x1024 65536x2048x256
 
@@ -48,18 +49,23 @@ def main() -> None:
         dn = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
         fns = {"cuBLAS dY·W": lambda: torch.mm(dy, w)}
         plans = norm_gemm._post_candidate_plans(x, K)
-        if args.more:  # smaller tiles: no register spills in the epilogue (offline sm_90 compile, ptxas -v)
-            for bm, bn, warps in ((64, 256, 8), (64, 128, 8), (128, 64, 8), (64, 64, 4)):
+        if args.more:
+            # smaller tiles: no register spills in the epilogue (offline sm_90 compile, ptxas -v); two stages:
+            # shared memory the mainloop does not hold is the epilogue's room for its layout conversions
+            for bm, bn, warps, stages in ((64, 256, 8, 3), (64, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3),
+                                          (128, 256, 8, 2), (128, 128, 8, 2)):
                 exchange = "row" if K <= bn else "spin"
-                if exchange == "row" and bn > max(64, K) * 2:
-                    continue
-                plans.append((exchange, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=3,
+                plans.append((exchange, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=stages,
                                              num_warps=warps, WARP_SPECIALIZE=False, FLATTEN=False)))
         for plan in plans:
             cfg = plan[1]
-            name = f"{plan[0]} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}"
-            fns[name] = lambda plan=plan: norm_gemm.norm_backward_dgrad(dy, w, x, rstd, mean, gamma, layer_norm=ln,
-                                                                        plan=plan)
+            name = f"{plan[0]} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['num_stages']}"
+            variants = {"": {}, " no column sums": dict(col_sums=False)}
+            if ln:
+                variants[" dβ from dY"] = dict(dbeta_from_dy=True)
+            for suffix, options in variants.items():
+                fns[name + suffix] = lambda plan=plan, options=options: norm_gemm.norm_backward_dgrad(
+                    dy, w, x, rstd, mean, gamma, layer_norm=ln, plan=plan, **options)
             if not args.more:
                 fns[name + " mainloop only"] = lambda cfg=cfg: norm_gemm._launch(dy, w, dn, None, None, None, 0.0,
                                                                                  cfg, w_kn=True)

@@ -362,6 +362,31 @@ def test_norm_backward_dgrad_matches_float64(dtype, layer_norm, K, w_kn):
 
 
 @interpreter
+@pytest.mark.parametrize("w_kn", [False, True])
+@pytest.mark.parametrize("K", [48, 80])
+def test_norm_backward_dgrad_dbeta_from_dy(poisoned_empty, K, w_kn):
+    """LayerNorm's dβ as (Σ_m dY)·W outside the kernel (its epilogue then sums dγ's columns only), and no column
+    sums at all (the probes' timing variant): dx unchanged, every gradient against float64."""
+    torch.manual_seed(K)
+    M, N = 37, 40
+    x = torch.randn(M, K) * 2 + 3.0
+    gamma, beta = torch.rand(K) + 0.5, torch.randn(K)
+    w = torch.randn(N, K) / K**0.5
+    dy = torch.randn(M, N)
+    mean, rstd = saved_norm_stats(x, True)
+    ref = _norm_linear_grads64(x, gamma, beta, w, dy, True)
+    weight = w.t().contiguous() if w_kn else w
+    for plan in norm_gemm._post_candidate_plans(x, K):
+        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, weight, x, rstd, mean, gamma, layer_norm=True,
+                                                            w_kn=w_kn, plan=plan, dbeta_from_dy=True)
+        for name, got, r in zip(("dx", "dgamma", "dbeta"), (dx, d_gamma, d_beta), ref):
+            assert rel_err(got, r) < 1e-5, (plan[0], name)
+        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, weight, x, rstd, mean, gamma, layer_norm=True,
+                                                            w_kn=w_kn, plan=plan, col_sums=False)
+        assert d_gamma is None and d_beta is None and rel_err(dx, ref[0]) < 1e-5, plan[0]
+
+
+@interpreter
 @pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
 def test_op_backward_uses_the_fused_kernel_when_enabled(monkeypatch, layer_norm):
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")

@@ -60,7 +60,8 @@ the dgrad GEMM dn = dY·W, whose output rows are the rows of x:
     g = dn·γ,  x̂ = (x − μ)·rstd,  dx = rstd · (g − mean(g) − x̂ · mean(g·x̂))     (RMSNorm: no mean(g))
 
 with Σg and Σg·x̂ exchanged like the post-norm's statistics, and per-row-block column partials Σ dn·x̂ (dγ)
-and Σ dn (dβ) summed on the host side.
+and Σ dn (dβ) summed on the host side (COL_SUMS). dβ also has an exact form outside the kernel,
+dβ = Σ_m dn = (Σ_m dY)·W, which spares the epilogue its second column sum (``dbeta_from_dy``).
 
 The GEMM is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs, each walking
 output tiles in grouped (GROUP_M) order so consecutive tiles share A/B in L2. With ROW_STATS=False and
@@ -115,6 +116,7 @@ def norm_gemm_kernel(
     HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
     HAS_RESIDUAL_OUT: tl.constexpr,  # y = norm(z) + residual_out [M, N] (a residual added after the norm)
     BWD_NORM: tl.constexpr,  # 0, or 1 RMSNorm / 2 LayerNorm: the pre-norm's backward on the dgrad (module doc)
+    COL_SUMS: tl.constexpr,  # backward: the column partials it writes, 0 none, 1 dγ's, 2 dγ's and dβ's (LayerNorm)
     EXCHANGE: tl.constexpr,  # 0 row, 1 spin, 2 last (module doc)
     TILES_POW2: tl.constexpr,  # next power of two ≥ the number of N tiles (the exchange reads all partials at once)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K tile reaches past K
@@ -220,7 +222,8 @@ def norm_gemm_kernel(
         if BWD_NORM != 0:
             _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, post_w_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
                                     count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
-                                    BWD_NORM == 2, HAS_POST_WEIGHT, EXCHANGE, TILES_POW2, BLOCK_M, BLOCK_N)
+                                    BWD_NORM == 2, HAS_POST_WEIGHT, COL_SUMS, EXCHANGE, TILES_POW2, BLOCK_M,
+                                    BLOCK_N)
         elif POST_NORM != 0:
             _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
                                 part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
@@ -373,11 +376,13 @@ def _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM: tl.
 @triton.jit
 def _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, gamma_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
                             count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
-                            LAYER_NORM: tl.constexpr, HAS_GAMMA: tl.constexpr, EXCHANGE: tl.constexpr,
-                            TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                            LAYER_NORM: tl.constexpr, HAS_GAMMA: tl.constexpr, COL_SUMS: tl.constexpr,
+                            EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr):
     """The pre-norm's backward as the dgrad GEMM's epilogue (module doc): acc = dn = dY·W for these rows and
     columns of x; dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dn·γ (RMSNorm: no mean(g)), the means over whole
-    rows through the exchange; and this row block's column partials Σ dn·x̂ (for dγ) and Σ dn (dβ)."""
+    rows through the exchange; and this row block's column partials Σ dn·x̂ (for dγ) and Σ dn (dβ), as many
+    as COL_SUMS says (each costs full-tile layout conversions through shared memory in the sm_90 TTGIR)."""
     dtype = out_ptr.dtype.element_ty
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -390,8 +395,9 @@ def _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, gamma_ptr, rstd_ptr, m
         row_mean = tl.zeros_like(rstd)
     dn = tl.where(in_tile, acc, 0.0)
     x_hat = _x_hat(xf_ptr, tile, in_tile, row_mean, rstd)
-    tl.store(dcol_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
-    if LAYER_NORM:
+    if COL_SUMS >= 1:
+        tl.store(dcol_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
+    if LAYER_NORM and COL_SUMS == 2:
         # Σ dn, but through a product with a loaded tensor, as dγ's: summed over rows straight on the wgmma
         # accumulator layout, Triton 3.6 gave wrong dβ partials on the H200 (K ≥ 768, 2026-11-30); this way the
         # reduction runs on the blocked layout (sm_90 TTGIR) and the GPU tests pass at every plan
@@ -551,6 +557,7 @@ class RowNorm:
     mean: torch.Tensor | None = None  # [M] fp32, LayerNorm (written by the post-norm, read by the backward)
     backward_of: torch.Tensor | None = None  # the pre-norm's input x [M, N]: this is its backward
     dcol: torch.Tensor | None = None  # backward: [2, M tiles, N] fp32 column partials of dγ and dβ
+    col_sums: int = 2  # backward: which of them the epilogue writes (the kernel's COL_SUMS)
 
 
 EXCHANGES = {"row": 0, "spin": 1, "last": 2}
@@ -605,6 +612,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
         DOT_PRECISION=dot_precision,
         POST_NORM=0 if post is None or backward else 2 if post.layer_norm else 1,
         BWD_NORM=(2 if post.layer_norm else 1) if backward else 0,
+        COL_SUMS=min(post.col_sums, 2 if post.layer_norm else 1) if backward else 0,
         HAS_RESIDUAL=post is not None and post.residual is not None,
         WRITE_Z=post is not None and post.z is not None,
         HAS_POST_WEIGHT=post is not None and post.weight is not None,
@@ -936,23 +944,38 @@ def matmul_norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, res
 
 def norm_backward_dgrad(dy: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
                         mean: torch.Tensor | None, gamma: torch.Tensor | None, *, layer_norm: bool,
-                        w_kn: bool = False, plan: tuple | None = None):
+                        w_kn: bool = False, plan: tuple | None = None, dbeta_from_dy: bool = False,
+                        col_sums: bool = True):
     """dx, dγ, dβ of out = (x̂·γ + β) Wᵀ (+ b) given dY = dy [M, N], the saved x [M, K], rstd [M] and (LayerNorm)
     mean [M] (design.md §1.4, "fusion regrouping"): dn = dY·W runs on the shared mainloop (W the forward weight
     [N, K], or [K, N] with w_kn) and the norm's backward is its epilogue — dx = rstd·(g − mean(g) − x̂·mean(g·x̂)),
     g = dn·γ, with the row means exchanged between the CTAs of a row block as in the post-norm; dγ = Σ_rows dn·x̂
-    and dβ = Σ_rows dn from per-row-block column partials (deterministic). dβ is None for RMSNorm."""
+    and dβ = Σ_rows dn from per-row-block column partials (deterministic). dβ is None for RMSNorm.
+
+    ``dbeta_from_dy``: dβ = (Σ_m dY)·W in fp32 instead, exact algebra, and the epilogue writes dγ's partials
+    only. ``col_sums=False`` (timing probes): no column partials at all, dγ and dβ come back None."""
     M, K = x.shape
     dx = torch.empty_like(x)
+    sums = 0 if not col_sums else 1 if dbeta_from_dy or not layer_norm else 2
 
     def run(plan):
-        dcol = torch.empty(2, triton.cdiv(M, plan[1]["BLOCK_M"]), K, device=x.device, dtype=torch.float32)
-        post = RowNorm(layer_norm, plan[0], weight=gamma, mean=mean, backward_of=x, dcol=dcol)
+        dcol = torch.empty(sums, triton.cdiv(M, plan[1]["BLOCK_M"]), K, device=x.device, dtype=torch.float32)
+        post = RowNorm(layer_norm, plan[0], weight=gamma, mean=mean, backward_of=x, dcol=dcol if sums else None,
+                       col_sums=sums)
         _launch(dy, w, dx, None, None, rstd, 0.0, plan[1], w_kn=not w_kn, post=post)
         return dcol
 
     if plan is None:
-        key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None)
+        key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None,
+               sums)
         plan = _fastest(key, _post_candidate_plans(x, K), run, timed=x.is_cuda)
     dcol = run(plan)
-    return dx, dcol[0].sum(0), dcol[1].sum(0) if layer_norm else None
+    d_gamma = dcol[0].sum(0) if sums else None
+    if sums == 2:
+        d_beta = dcol[1].sum(0)
+    elif layer_norm and col_sums:  # Σ_m dn = (Σ_m dY)·W: W [N, K], or its transpose stored [K, N]
+        dy_sum = dy.sum(0, dtype=torch.float32)
+        d_beta = w.float() @ dy_sum if w_kn else dy_sum @ w.float()
+    else:
+        d_beta = None
+    return dx, d_gamma, d_beta

@@ -11,23 +11,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from triton.testing import do_bench
 
 from norm_fusion_inductor.kernels import norm_gemm
-
-
-def host_ms(fn, calls=20):
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - start) / calls * 1e3
-    torch.cuda.synchronize()
-    return host
+from norm_fusion_inductor.selection import _host_ms as host_ms
 
 
 def main() -> None:

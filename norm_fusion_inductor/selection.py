@@ -4,10 +4,10 @@ With policy "auto" on CUDA the fused kernel (autotuned) is timed against a *lowe
 cuBLAS for the matmul (without its bias, which the unfused graph can add in a neighbouring pass) plus a device
 copy of the norm's input (x [M, K] before a matmul, the matmul's output [M, N] after one: the bytes any norm
 kernel must move). A norm kernel is never faster than that copy (measured on the H200: Inductor's RMSNorm runs
-at 0.5–0.9× copy speed, see BENCHMARKS.md), so a site the fused kernel wins here by ``min_speedup`` (for timing noise) is won
-against Inductor too; the price is that some sites where fusing would have paid stay unfused. Choices are cached
-in memory and on disk, keyed by GPU, versions, kernel source, the measurement's version and shape (M by
-power-of-two bucket).
+at 0.5–0.9× copy speed, see BENCHMARKS.md), so a site the fused kernel wins here by ``min_speedup`` (for timing
+noise) is won against Inductor too; the price is that some sites where fusing would have paid stay unfused.
+Choices are cached in memory and on disk, keyed by GPU, versions, kernel source, the measurement's version and
+shape (M by power-of-two bucket).
 
 The copy is timed as an elementwise kernel (``_copy``), not ``Tensor.copy_``: under CUDA-graph capture a
 contiguous ``copy_`` becomes a memcpy node that runs on the copy engines, at 2.76 TB/s on the H200 against

@@ -539,7 +539,7 @@ WS_CONFIGS = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_BUFFERS=5, GROUP_M=8, num_warps=8, warp_specialize=True),
 ]
 OFFERED_WS = WS_CONFIGS[:1]
-# post-norm row plans offered (norm_gemm._post_candidate_plans): CONFIGS[0] and [2] were right on the H200 and
+# post-norm row plans offered (norm_gemm._post_plans): CONFIGS[0] and [2] were right on the H200 and
 # CONFIGS[0] the fastest row epilogue at 4 of 16 shapes (gluon_probe.py --post); the WS kernel's row epilogue
 # was the slowest at every shape (1.3–1.6x the unfused path) and is not offered.
 POST_CONFIGS = [CONFIGS[0], CONFIGS[2]]
@@ -563,7 +563,8 @@ def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: di
         return f"dtype {dtype} (the Gluon mainloop takes 16-bit inputs)"
     if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
         return "the Gluon mainloop is written for sm_90 (wgmma)"
-    if not cfg.get("warp_specialize") and triton.cdiv(K, cfg["BLOCK_K"]) < cfg["NUM_BUFFERS"] - 1:
+    # (the warp-specialized kernel has no fill to make, but was checked on the GPU only with K ≥ 256)
+    if triton.cdiv(K, cfg["BLOCK_K"]) < cfg["NUM_BUFFERS"] - 1:
         return f"K={K} has fewer K steps than the pipeline's fill"
     if layer_norm and prologue == "in_loop" and K % cfg["BLOCK_K"]:
         return "the shifted LayerNorm sums need whole K tiles (zero padding would add −s)"

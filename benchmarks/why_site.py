@@ -27,9 +27,10 @@ def main() -> None:
     site = selection.MatmulSite(M, K, N, getattr(torch, args.dtype), torch.device("cuda"), True, args.bias,
                                 norm=args.norm, has_norm_bias=args.norm == "ln", position=args.position,
                                 has_residual=args.residual)
-    measured = selection._measure(site)  # what choose() decides on (fresh: no cache)
+    config = NormFusionConfig()
+    measured = selection._cached(site, config, "times", selection._measure)  # what choose() then decides on
     print("measured", json.dumps(measured, default=str))
-    choice = selection.choose(site, NormFusionConfig())
+    choice = selection.choose(site, config)
     print("choice", choice.fused, choice.implementation, choice.reason)
 
 

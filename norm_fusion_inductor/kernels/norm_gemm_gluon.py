@@ -540,8 +540,8 @@ WS_CONFIGS = [
 ]
 OFFERED_WS = WS_CONFIGS[:1]
 # post-norm row plans offered (norm_gemm._post_plans): CONFIGS[0] and [2] were right on the H200 and
-# CONFIGS[0] the fastest row epilogue at 4 of 16 shapes (gluon_probe.py --post); the WS kernel's row epilogue
-# was the slowest at every shape (1.3–1.6x the unfused path) and is not offered.
+# CONFIGS[0] the fastest fused kernel at 3 of 16 shapes (gluon_probe.py --post; level with the unfused path
+# there); the WS kernel's row epilogue was the slowest at every shape (1.3–1.65x the unfused time): not offered.
 POST_CONFIGS = [CONFIGS[0], CONFIGS[2]]
 WS_PRODUCER_REGS = 40  # the TMA warp needs few (setmaxnreg.dec)
 

@@ -531,7 +531,7 @@ CONFIGS = [
 
 # norm_gemm_gluon_ws_kernel's configs (the cooperative ones of commit 63b7537's probe); their registers follow
 # from num_warps (_ws_options). Right at every prologue, both weight layouts and |μ| = 1000σ on the H200
-# (gluon_probe.py --ws --w-kn, 2026-11-30 sixth session); the 128×256 one ran the in-loop prologue 2–7 % faster
+# (gluon_probe.py --ws --w-kn, 2026-11-30 sixth session); the 128×256 one ran the in-loop prologue 1–7 % faster
 # than CONFIGS[0] at 65536×1024×1024, 262144×256×1024 and 65536×2048×256 and is offered (OFFERED_WS); the
 # 128×128 one was the slowest everywhere and is not.
 WS_CONFIGS = [

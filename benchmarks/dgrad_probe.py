@@ -18,6 +18,8 @@ from triton.testing import do_bench
 from norm_fusion_inductor.kernels import norm_gemm
 from norm_fusion_inductor.selection import _host_ms as host_ms
 
+from backward import norm_backward_from_dn  # benchmarks/, this script's folder
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,11 +61,8 @@ def main() -> None:
                 fns[name + " mainloop only"] = lambda cfg=cfg: norm_gemm._launch(dy, w, dn, None, None, None, 0.0,
                                                                                  cfg, w_kn=True)
         # dx of each plan against fp32 torch (fresh outputs each call: nothing to poison)
-        dn32 = dy.float() @ w.float()
-        x_hat = (x.float() - (mu[:, None] if ln else 0)) * rstd[:, None]
-        g = dn32 * gamma.float()
-        centered = g - g.mean(-1, keepdim=True) if ln else g
-        dx_ref = rstd[:, None] * (centered - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        dx_ref = norm_backward_from_dn(dy.float() @ w.float(), x.float(), rstd[:, None],
+                                       mu[:, None] if ln else None, gamma)[0]
         errors = {}
         for k, fn in fns.items():
             if "mainloop" not in k and "cuBLAS" not in k:

@@ -10,6 +10,7 @@ beside the Triton row plan and the unfused path, then timed against cuBLAS + Ind
 plan at N = 256.
 
     python benchmarks/gluon_probe.py [--ws] [--w-kn] [--post] [--json F]
+    python benchmarks/gluon_probe.py --ws --ln [MxKxN ...]   # LayerNorm vs RMSNorm, kernel vs weight preparation
 """
 import argparse
 import itertools
@@ -99,7 +100,10 @@ def timing(json_path, configs):
         g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
         w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
         normed = F.rms_norm(x, (K,), g, EPS)
-        cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS))
+        # static and compiled anew per shape: recompiled for each new shape, the same lambda read 2-7x the norm's
+        # bandwidth time at every shape after the first (gluon_probe.py, H200, 2026-11-30); its hidden % was wrong
+        torch._dynamo.reset()
+        cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS), dynamic=False)
         cnorm(x, g)
         fns = {"cublas": lambda: torch.mm(normed, w.t()), "inductor_norm": lambda: cnorm(x, g)}
         for p in ("plain", "in_loop", "pre_pass"):
@@ -122,6 +126,53 @@ def timing(json_path, configs):
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(dict(gluon_configs=[cfg for _, cfg in configs], triton_config=tri_cfg, rows=rows), fh, indent=1)
+
+
+def timing_ln(json_path, configs, shapes):
+    """LayerNorm against RMSNorm on the Gluon mainloop, per config: the eager entry points (which prepare the
+    weight every call: W·γ, and for LayerNorm also v = Wβ + b and u = Σ_k W·γ) and the launches alone with the
+    weight prepared once, so that the kernel's cost and the preparation's are told apart."""
+    rows = []
+    for M, K, N in shapes:
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+        b = (0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+        w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+        bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+        normed = F.layer_norm(x, (K,), g, b, EPS)
+        w_eff = tri._fold(w, g)
+        u = w_eff.sum(1, dtype=torch.float32)
+        v = tri._fold_bias(w, b, bias)
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        rstd = torch.empty(M, device="cuda", dtype=torch.float32)
+        mean = torch.empty(M, device="cuda", dtype=torch.float32)
+        fns = {"cublas": lambda: F.linear(normed, w, bias),
+               "prepare_rms": lambda: tri._fold(w, g),
+               "prepare_ln": lambda: (tri._fold_bias(w, b, bias), tri._fold(w, g).sum(1, dtype=torch.float32)),
+               "row_stats_ln": lambda: tri._row_stats(x, rstd, mean, EPS)}
+        for label, cfg in configs:
+            if glu.unsupported_reason(x.dtype, x.device, K, cfg, "in_loop", True):
+                continue
+            fns[f"rms{label}_in_loop"] = lambda cfg=cfg: tri.rms_norm_matmul(x, g, w, bias, EPS,
+                                                                            plan=("gluon_in_loop", cfg))
+            fns[f"ln{label}_in_loop"] = lambda cfg=cfg: tri.layer_norm_matmul(x, g, b, w, bias, EPS,
+                                                                             plan=("gluon_in_loop", cfg))
+            fns[f"rms{label}_kernel"] = lambda cfg=cfg: glu.launch(
+                x, w_eff, out, cfg, row_stats=glu.RMS_STATS, bias=bias, rstd=rstd, eps=EPS, write_stats=True)
+            fns[f"ln{label}_kernel"] = lambda cfg=cfg: glu.launch(
+                x, w_eff, out, cfg, row_stats=glu.LN_STATS, bias=v, rstd=rstd, mean=mean, u=u, eps=EPS,
+                write_stats=True)
+            fns[f"ln{label}_pre_pass_kernel"] = lambda cfg=cfg: glu.launch(
+                x, w_eff, out, cfg, row_scale=True, bias=v, rstd=rstd, mean=mean, u=u, eps=EPS)
+            fns[f"plain{label}_kernel"] = lambda cfg=cfg: glu.launch(x, w_eff, out, cfg, bias=bias)
+        t = bench(fns, rounds=3, rep=40)
+        print(f"\nln {M}x{K}x{N}: cuBLAS (linear with bias) {t['cublas']:.4f}")
+        for k, val in t.items():
+            print(f"  {k:22s} {val:.4f}  ({val / t['cublas']:.3f}x cuBLAS)")
+        rows.append(dict(shape=[M, K, N], times=t))
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(dict(ln=True, gluon_configs=[cfg for _, cfg in configs], rows=rows), fh, indent=1)
 
 
 def host_cost():
@@ -260,9 +311,14 @@ def main():
     ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
     ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
     ap.add_argument("--post", action="store_true", help="the post-norm epilogue (\"gluon_row\" plans) instead")
+    ap.add_argument("--ln", nargs="*", metavar="MxKxN",
+                    help="time LayerNorm against RMSNorm per config, kernel and weight preparation apart (timing_ln)")
     args = ap.parse_args()
     configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)
+    if args.ln is not None:
+        timing_ln(args.json, configs, [tuple(int(v) for v in s.split("x")) for s in args.ln] or TIME_SHAPES)
+        return
     if args.post:
         if not args.no_check:
             check_post(configs)

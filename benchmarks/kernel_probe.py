@@ -47,7 +47,10 @@ def main():
         w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
         normed = F.rms_norm(x, (K,), g, EPS)
         ref = torch.mm(normed.double(), w.double().t())
-        cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS))
+        # static and compiled anew per shape: recompiled for each new shape, the same lambda read 2-7x the norm's
+        # bandwidth time at every shape after the first (gluon_probe.py, H200, 2026-11-30); its hidden % was wrong
+        torch._dynamo.reset()
+        cnorm = torch.compile(lambda x, g: F.rms_norm(x, (K,), g, EPS), dynamic=False)
         cnorm(x, g)
         fns = {"cublas": lambda: torch.mm(normed, w.t()), "inductor_norm": lambda: cnorm(x, g)}
         errors = {}

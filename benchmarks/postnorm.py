@@ -68,7 +68,8 @@ def run_shape(M, K, N, dtype, args) -> dict:
     norm_only = compiled("norm", lambda z, r, g, beta: norm(z + r, g, beta), z, r, g, beta)
     default = compiled("default", block, *inputs)
     nfi.clear_reports()
-    plugin = compiled("plugin", block, *inputs, backend="norm_fusion")
+    plugin = compiled("plugin", block, *inputs, backend="norm_fusion",
+                      options={"norm_fusion": {"compiled_check": args.compiled_check}})
     row["plugin_choice"] = [(s.fusion, s.rewritten, s.reason) for s in nfi.reports()]
     nfi.clear_reports()
     plugin_fused = compiled("plugin_fused", block, *inputs, backend="norm_fusion",

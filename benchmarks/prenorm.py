@@ -123,7 +123,7 @@ def run_shape(M, K, N, dtype, args) -> dict:
     nfi.clear_reports()
     # policy "auto": fused only where measured faster
     plugin = compiled("plugin", norm_then_linear, backend="norm_fusion",
-                      options={"norm_fusion": {"fusions": nfi.FUSIONS}})
+                      options={"norm_fusion": {"fusions": nfi.FUSIONS, "compiled_check": args.compiled_check}})
     row["plugin_choice"] = [(s.rewritten, s.reason) for s in nfi.reports()]
     # policy "always": the fused kernel as Inductor launches it from its generated code (the direct launch)
     plugin_fused = compiled("plugin_fused", norm_then_linear, backend="norm_fusion",
@@ -184,6 +184,8 @@ def sweep_arguments(doc: str, default_norm: str) -> argparse.ArgumentParser:
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
     p.add_argument("--json")
+    p.add_argument("--compiled-check", action="store_true",
+                   help="the plugin (policy auto) with compiled_check: near misses decided by compiled graphs")
     return p
 
 

@@ -34,6 +34,14 @@ class NormFusionConfig:
     #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot: the recommendation
     #: block measured 1.093x faster fused alone and ran 0.979x in its training step (H200, 2026-11-30, BENCHMARKS.md)
     compiled_min_speedup: float = 1.15
+    #: with policy "auto", a matmul site whose fused kernel beats the unfused lower bound by less than
+    #: min_speedup is compiled both ways (torch.compile default, and this plugin fusing it) in a child process
+    #: and timed side by side (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound
+    #: counts the norm as a copy, which Inductor's norm kernels are slower than (LayerNorm at K = 2048: 0.200 vs
+    #: 0.131 ms), so near misses can be real wins (two LayerNorm sites ran 0.86x the default fused but stayed
+    #: unfused, H200, 2026-11-30). Off until checked on the GPU; costs a child compile (10-30 s) per such site
+    #: once (cached on disk)
+    compiled_check: bool = False
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
     #: launch cannot take (dynamic M, eps as a tensor) use the op either way
@@ -71,7 +79,7 @@ class NormFusionConfig:
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")
-        for flag in ("log", "log_graph"):
+        for flag in ("log", "log_graph", "compiled_check"):
             _check_type(flag, getattr(self, flag), bool)
         if self.cache_dir is not None:
             _check_type("cache_dir", self.cache_dir, (str, os.PathLike))

@@ -1,38 +1,66 @@
-"""The unfused norm → attention → norm block compiled by torch.compile (default mode) against the fused op, timed
-side by side at one site's shape: what the selection runs, in a child process, when the fused op does not beat
-the block's lower bound (selection.choose_attention).
+"""A site's unfused subgraph compiled by torch.compile (default mode) against the fused version, timed side by
+side at the site's shape, in a child process: what the selection runs when its lower bound cannot decide.
 
-A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can time inside
-a compilation, and in training it bounds nothing: its attention term runs eager autograd (recommendation block,
-silu, 768x512, H200, 2026-11-30: the "bound" read 3.99 ms, the compiled block 3.88 ms). The compiled block is the
-honest alternative, but torch.compile cannot run inside the compilation that asks (Dynamo holds its compile
-lock), hence the child process:
+Attention sites (the default; selection.choose_attention): the norm → attention → norm block compiled, against
+the fused op. A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can
+time inside a compilation, and in training it bounds nothing: its attention term runs eager autograd
+(recommendation block, silu, 768x512, H200, 2026-11-30: the "bound" read 3.99 ms, the compiled block 3.88 ms).
+
+Matmul sites ("kind": "matmul"; selection._compiled_check): the norm and the linear as the model computes them
+(``matmul_block``), compiled by torch.compile and by this plugin with policy "always" (the fused graph the site
+would get). The bound counts the norm as a copy; Inductor's norm kernels can be slower than that, so a fused
+kernel that beats the bound by less than min_speedup may still win against the real graph.
+
+The compiled alternative is the honest one, but torch.compile cannot run inside the compilation that asks
+(Dynamo holds its compile lock), hence the child process:
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
-Inputs: the site's fields (selection.AttentionSite) as JSON, dtype and device as strings, and the parent's TF32
-setting (allow_tf32) and max-autotune flag (max_autotune). Output: fused_ms and compiled_ms, medians of three
-interleaved rounds of do_bench (forward, or forward + backward when "train"). Exits non-zero when the fused op
-would not run its kernels here (its reference path must never be timed as "fused").
+Inputs: the site's fields (selection.AttentionSite or selection.MatmulSite) as JSON, dtype and device as
+strings, the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its
+choice cache (cache_dir). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench
+(forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when the
+fused version would not run the fused kernels here (a reference path must never be timed as "fused").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
 
 import torch
+import torch.nn.functional as F
+
+EPS = 1e-6
 
 
-def measure(site: dict) -> dict:
-    from triton.testing import do_bench
-
-    from .attention_ops import _kernel_reason, flash_norm_attention, norm_attention_block
-
+def _setup(site: dict) -> tuple:
     dev, dt = torch.device(site["device"]), getattr(torch, site["dtype"].replace("torch.", ""))
     torch.cuda.set_device(dev)  # Triton launches and do_bench time on the current device
     torch.backends.cuda.matmul.allow_tf32 = site.get("allow_tf32", False)
+    return dev, dt
+
+
+def _time(fns: dict) -> dict:
+    """Medians of three interleaved rounds, the order reversed every other round."""
+    from triton.testing import do_bench
+
+    for f in fns.values():  # compile and warm up outside the timing
+        f()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for r in range(3):
+        for name, f in (fns.items() if r % 2 == 0 else reversed(fns.items())):
+            times[name].append(do_bench(f, warmup=5, rep=30, return_mode="median"))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure_attention(site: dict) -> dict:
+    from .attention_ops import _kernel_reason, flash_norm_attention, norm_attention_block
+
+    dev, dt = _setup(site)
     B, L, Lk, H, D = (site[k] for k in ("batch", "q_len", "kv_len", "heads", "head_dim"))
     train, act = site["train"], site["activation"]
     q = torch.randn(B, L, H * D, device=dev, dtype=dt, requires_grad=train)
@@ -56,14 +84,73 @@ def measure(site: dict) -> dict:
         leaves = [t for t in (q, k, v, *weights) if t is not None]
         grad = torch.randn_like(q)
         fns = {name: (lambda f=f: torch.autograd.grad(f(), leaves, grad)) for name, f in fns.items()}
-    for f in fns.values():  # compile and warm up outside the timing
-        f()
-    torch.cuda.synchronize()
-    times = {name: [] for name in fns}
-    for _ in range(3):
-        for name, f in fns.items():
-            times[name].append(do_bench(f, warmup=5, rep=30, return_mode="median"))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return _time(fns)
+
+
+def matmul_block(site):
+    """What a model computes at a matmul site (selection.MatmulSite), unfused, as a function of the operands
+    selection._inputs / _post_inputs make: pre-norm linear(norm(x)); post-norm norm(linear(x) + residual)
+    (+ residual_out), and z = linear(x) + residual as a second output when the site writes it. GPT-2's Conv1D
+    (weight stored [K, N]) is addmm(b, x, W)."""
+    ln = site.norm == "ln"
+
+    def norm(t, g, beta):
+        return F.layer_norm(t, t.shape[-1:], g, beta, EPS) if ln else F.rms_norm(t, t.shape[-1:], g, EPS)
+
+    def linear(x, w, b):
+        if site.weight_kn:
+            return torch.addmm(b, x, w) if b is not None else x @ w
+        return F.linear(x, w, b)
+
+    def pre(x, w, g, beta, b, residual, residual_out):
+        return linear(norm(x, g, beta), w, b)
+
+    def post(x, w, g, beta, b, residual, residual_out):
+        z = linear(x, w, b)
+        if residual is not None:
+            z = z + residual
+        y = norm(z, g, beta)
+        if residual_out is not None:
+            y = y + residual_out
+        return (y, z) if site.write_z else y
+
+    return pre if site.position == "pre" else post
+
+
+def matmul_site(fields: dict):
+    """The selection.MatmulSite the fields describe (dtype and device as strings, other keys ignored)."""
+    from .selection import MatmulSite
+
+    names = {f.name for f in dataclasses.fields(MatmulSite)} - {"dtype", "device"}
+    return MatmulSite(**{k: v for k, v in fields.items() if k in names},
+                      dtype=getattr(torch, fields["dtype"].replace("torch.", "")), device=torch.device(fields["device"]))
+
+
+def measure_matmul(fields: dict) -> dict:
+    import norm_fusion_inductor as nfi
+
+    from .selection import _inputs, _post_inputs
+
+    _setup(fields)
+    site = matmul_site(fields)
+    t = _post_inputs(site) if site.position == "post" else _inputs(site)
+    args = tuple(t.get(k) for k in ("x", "w", "g", "beta", "b", "residual", "residual_out"))
+    block = matmul_block(site)
+    patches = {"max_autotune": True} if fields.get("max_autotune") else {}  # the asking compilation's mode
+    compiled = torch.compile(block, dynamic=False, options=dict(patches) or None)
+    fused = torch.compile(block, dynamic=False, backend="norm_fusion", options={
+        **patches, "norm_fusion": {"policy": "always", "cache_dir": fields.get("cache_dir")}})
+    nfi.clear_reports()
+    fused(*args)
+    records = nfi.reports()
+    if not any(r.rewritten and r.implementation == "fused_triton" for r in records):
+        raise RuntimeError("the plugin did not fuse the site here: "
+                           + ("; ".join(f"{r.fusion}: {r.implementation}: {r.reason}" for r in records) or "no site"))
+    return _time({"fused_ms": lambda: fused(*args), "compiled_ms": lambda: compiled(*args)})
+
+
+def measure(site: dict) -> dict:
+    return measure_matmul(site) if site.get("kind") == "matmul" else measure_attention(site)
 
 
 if __name__ == "__main__":

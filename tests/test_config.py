@@ -57,6 +57,8 @@ def test_wrong_types_and_values_are_named():
         nfi.NormFusionConfig(compiled_min_speedup=0)
     with pytest.raises(TypeError, match="'log' must be bool"):
         nfi.NormFusionConfig(log=1)
+    with pytest.raises(TypeError, match="'compiled_check' must be bool"):
+        nfi.NormFusionConfig(compiled_check="yes")
     with pytest.raises(ValueError, match="'policy' must be one of"):
         nfi.NormFusionConfig(policy="fastest")
     with pytest.raises(TypeError, match="dict or NormFusionConfig"):

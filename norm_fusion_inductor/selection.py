@@ -142,7 +142,12 @@ def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> d
     if key not in _MEMORY:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            _MEMORY[key] = measure(site)
+            value = measure(site)
+        try:  # what other processes stored meanwhile (a child process's tuned plan, _compiled_check) is kept
+            _MEMORY.update(json.loads(_cache_file(config).read_text()))
+        except (OSError, ValueError):
+            pass
+        _MEMORY[key] = value
         try:
             path = _cache_file(config)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -315,3 +315,23 @@ def test_child_subgraph_is_the_one_the_plugin_fuses(fields):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert measure_block.matmul_site(dict(dataclasses.asdict(site), dtype=str(site.dtype),
                                           device=str(site.device), kind="matmul")) == site
+
+
+def test_entries_another_process_stored_meanwhile_are_kept(measured, monkeypatch):
+    """A measurement that runs a child process (_compiled_check) lets the child store its tuned plan in the same
+    cache file; storing the parent's result must keep it, so that the parent does not tune the plan again."""
+    numbers, calls, config = measured
+    numbers.update(fused_ms=0.3, mm_ms=0.2, copy_ms=0.3)
+    path = selection._cache_file(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"before": {"fused_ms": 1.0}}))
+
+    def measure_with_child(site):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "child|plan": {"plan": ["in_loop", {}]}}))
+        return dict(numbers)
+
+    monkeypatch.setattr(selection, "_measure", measure_with_child)
+    selection.choose(CUDA_SITE, config)
+    saved = json.loads(path.read_text())
+    assert set(saved) == {"before", "child|plan", "262144x1024x256"}
+    assert selection._MEMORY["child|plan"] == {"plan": ["in_loop", {}]}

@@ -21,10 +21,11 @@ SHAPES = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]
 
 
 def bench(fns, rounds=2, rep=30):
-    """Median of the rounds' medians, the functions interleaved round-robin."""
+    """Median of the rounds' medians, the functions interleaved round-robin, the order reversed every other round
+    (a variant's position in the round can move its time: prenorm.bench_round_robin)."""
     t = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
+    for r in range(rounds):
+        for k, f in (fns.items() if r % 2 == 0 else reversed(fns.items())):
             t[k].append(do_bench(f, warmup=10, rep=rep, return_mode="median"))
     return {k: statistics.median(v) for k, v in t.items()}
 

@@ -269,3 +269,20 @@ def test_scaled_norm_folded_into_gamma_on_gpu(norm):
     assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
     assert rel_err(out, fn(m64, x.double())) < 1e-2
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("position, norm", [("pre", "ln"), ("post", "rms")])
+def test_compiled_check_child_times_both_graphs(position, norm, tmp_path):
+    """compiled_check's child process (measure_block.measure_matmul), for real: it compiles the site's subgraph
+    both ways, the plugin's graph fuses the site (else it fails), and both times come back; its tuned plan lands in
+    the shared choice cache where the parent finds it."""
+    from norm_fusion_inductor import selection
+
+    site = selection.MatmulSite(M=16384, K=1024, N=256 if position == "post" else 1024, dtype=torch.bfloat16,
+                                device=torch.device("cuda", torch.cuda.current_device()), has_norm_weight=True,
+                                has_bias=True, norm=norm, has_norm_bias=norm == "ln", position=position,
+                                has_residual=position == "post")
+    times = selection._measure_compiled_block(site, tmp_path)
+    assert set(times) == {"fused_ms", "compiled_ms"} and all(0 < t < 100 for t in times.values()), times
+    saved = (tmp_path / "choices.json").read_text()
+    assert selection._key(site) + "|plan" in saved

@@ -18,7 +18,7 @@ The compiled alternative is the honest one, but torch.compile cannot run inside 
 
 Inputs: the site's fields (selection.AttentionSite or selection.MatmulSite) as JSON, dtype and device as
 strings, the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its
-choice cache (cache_dir). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench
+choice cache (cache_dir) and launch option (launch). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench
 (forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when the
 fused version would not run the fused kernels here (a reference path must never be timed as "fused").
 """
@@ -138,8 +138,8 @@ def measure_matmul(fields: dict) -> dict:
     block = matmul_block(site)
     patches = {"max_autotune": True} if fields.get("max_autotune") else {}  # the asking compilation's mode
     compiled = torch.compile(block, dynamic=False, options=dict(patches) or None)
-    fused = torch.compile(block, dynamic=False, backend="norm_fusion", options={
-        **patches, "norm_fusion": {"policy": "always", "cache_dir": fields.get("cache_dir")}})
+    fused = torch.compile(block, dynamic=False, backend="norm_fusion", options={**patches, "norm_fusion": {
+        "policy": "always", "cache_dir": fields.get("cache_dir"), "launch": fields.get("launch", "direct")}})
     nfi.clear_reports()
     fused(*args)
     records = nfi.reports()

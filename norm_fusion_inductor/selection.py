@@ -196,7 +196,7 @@ def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> 
     edges in a real model (a residual add into the norm), which the margin is for."""
     kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
     try:
-        t = _cached(site, config, kind, lambda site: _measure_compiled_block(site, config.cache_dir))
+        t = _cached(site, config, kind, lambda site: _measure_compiled_block(site, config))
         plan = _cached(site, config, "plan", _tune)["plan"]  # the child tuned it (disk cache)
     except Exception as e:  # keep the unfused path
         return Choice(False, "unfused", f"{before}; the compiled graphs not measured ({type(e).__name__}: {e})")
@@ -420,11 +420,11 @@ def _attention_kernel_reason(site: AttentionSite) -> Optional[str]:
     return norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.heads, site.activation)
 
 
-def _measure_compiled_block(site, cache_dir=None) -> dict:
+def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> dict:
     """``measure_block`` in a child process (Dynamo cannot compile inside the compilation that asks), for an
     AttentionSite or a MatmulSite; the child sees this process's import path (relative entries made absolute),
-    TF32 setting and choice cache, and runs in a neutral directory so that ``-m`` does not import another
-    checkout from the working directory."""
+    TF32 setting and (matmul sites) the choice cache and launch of ``config``, and runs in a neutral directory so
+    that ``-m`` does not import another checkout from the working directory."""
     import subprocess
     import sys
     import tempfile
@@ -435,7 +435,9 @@ def _measure_compiled_block(site, cache_dir=None) -> dict:
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
     fields["kind"] = "matmul" if isinstance(site, MatmulSite) else "attention"
-    fields["cache_dir"] = None if cache_dir is None else os.fspath(cache_dir)
+    if config is not None:
+        fields["cache_dir"] = None if config.cache_dir is None else os.fspath(config.cache_dir)
+        fields["launch"] = config.launch
     fields["allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
     fields["max_autotune"] = bool(torch._inductor.config.max_autotune)  # the asking compilation's mode
     paths = [os.path.abspath(p or ".") for p in sys.path if isinstance(p, str)]

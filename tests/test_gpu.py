@@ -282,7 +282,7 @@ def test_compiled_check_child_times_both_graphs(position, norm, tmp_path):
                                 device=torch.device("cuda", torch.cuda.current_device()), has_norm_weight=True,
                                 has_bias=True, norm=norm, has_norm_bias=norm == "ln", position=position,
                                 has_residual=position == "post")
-    times = selection._measure_compiled_block(site, tmp_path)
+    times = selection._measure_compiled_block(site, nfi.NormFusionConfig(cache_dir=str(tmp_path)))
     assert set(times) == {"fused_ms", "compiled_ms"} and all(0 < t < 100 for t in times.values()), times
     saved = (tmp_path / "choices.json").read_text()
     assert selection._key(site) + "|plan" in saved

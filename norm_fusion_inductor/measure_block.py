@@ -16,11 +16,11 @@ The compiled alternative is the honest one, but torch.compile cannot run inside 
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
-Inputs: the site's fields (selection.AttentionSite or selection.MatmulSite) as JSON, dtype and device as
-strings, the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its
-choice cache (cache_dir) and launch option (launch). Output: fused_ms and compiled_ms, medians of three interleaved rounds of do_bench
-(forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when the
-fused version would not run the fused kernels here (a reference path must never be timed as "fused").
+Inputs: the site's fields (selection.AttentionSite or selection.MatmulSite) as JSON, dtype and device as strings,
+the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its choice cache
+(cache_dir) and launch option (launch). Output: fused_ms and compiled_ms, medians of three interleaved rounds of
+do_bench (forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when
+the fused version would not run the fused kernels here (a reference path must never be timed as "fused").
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ def matmul_site(fields: dict):
     from .selection import MatmulSite
 
     names = {f.name for f in dataclasses.fields(MatmulSite)} - {"dtype", "device"}
-    return MatmulSite(**{k: v for k, v in fields.items() if k in names},
-                      dtype=getattr(torch, fields["dtype"].replace("torch.", "")), device=torch.device(fields["device"]))
+    dtype = getattr(torch, fields["dtype"].replace("torch.", ""))
+    return MatmulSite(**{k: v for k, v in fields.items() if k in names}, dtype=dtype,
+                      device=torch.device(fields["device"]))
 
 
 def measure_matmul(fields: dict) -> dict:

@@ -43,9 +43,9 @@ round trip per tile: prefetched, the in-loop LayerNorm ran 2–11 % faster here 
 kernel, RMSNorm level, outputs bit for bit the same (H200, 2026-11-30, BENCHMARKS.md).
 
 Warp-specialized variant (``norm_gemm_gluon_ws_kernel``, WS_CONFIGS): the same math and epilogue (the helpers
-``_tile_stats_init``, ``_add_row_stats``, ``_epilogue_vectors``, ``_epilogue`` are shared), with the TMA loads in a 1-warp producer
-partition and the wgmmas, row sums and epilogue in the consumer warps, synchronised by ready/empty mbarrier rings
-(its docstring has the protocol). OFFERED_WS are its configs the selection tries.
+``_tile_stats_init``, ``_add_row_stats``, ``_epilogue_vectors``, ``_epilogue`` are shared), with the TMA loads in
+a 1-warp producer partition and the wgmmas, row sums and epilogue in the consumer warps, synchronised by
+ready/empty mbarrier rings (its docstring has the protocol). OFFERED_WS are its configs the selection tries.
 
 Launch: the TMA descriptors are made on the device (made on the host they cost ~180 µs per call). Inductor cannot
 emit a Gluon kernel into its generated code, so when the pass traces a plan into the graph the launch becomes a
@@ -253,7 +253,6 @@ def _epilogue(acc, rows, sum_a, sum_b, shift, vectors, tile_m, tile_n, tile_pid_
     WRITE_STATS stores them (from the tiles of column block 0). The previous tile's store is waited on only here,
     just before ``out_smem`` is rewritten. Both kernels call this, with the accumulator in _mma_layout."""
     dtype: gl.constexpr = out_desc.dtype
-    BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc.type.layout)
     bias_v, u_v, rstd_v, mean_v = vectors

@@ -13,6 +13,7 @@
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
+#   bash benchmarks/validate_gpu.sh nearmiss # compiled_check: its child process for real, then the LayerNorm near misses (~6 min?)
 set -uo pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -111,6 +112,14 @@ gluon)  # the Gluon mainloop: its GPU tests (every plan vs float64), the probe's
 host)  # where a fused site's host time goes (the Gluon thin op vs Inductor's launch)
     timeout 150 python3 benchmarks/host_profile.py 65536x512x256 --norm ln 2>&1 | tee "$OUT/host_profile.log" \
         | grep -E "us/call|site:|Error"
+    ;;
+nearmiss)  # NormFusionConfig.compiled_check (off by default until this has run): the child, then the sites it is for
+    timeout 200 python3 -m pytest tests/test_gpu.py -k compiled_check -q -p no:warnings --show-capture=no --tb=short \
+        2>&1 | tail -8 | tee "$OUT/compiled_check_tests.log"
+    timeout 330 python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --compiled-check \
+        --json "$OUT/prenorm_ln_nearmiss.json" --shapes 65536x2048x1024 262144x2048x1024 65536x512x512 \
+        262144x256x256 262144x512x256 65536x2048x2048 2>&1 | grep --line-buffered "^|\|median\|worst" \
+        | tee "$OUT/prenorm_ln_nearmiss.log"
     ;;
 post)
     python3 benchmarks/postnorm.py --norm "${2:-ln}" --part "${3:-1/1}" --no-max-autotune \

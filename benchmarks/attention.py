@@ -18,6 +18,7 @@ import torch
 import triton
 
 from norm_fusion_inductor import attention_ops
+from norm_fusion_inductor.timing import interleaved_medians
 
 op = torch.ops.norm_fusion.norm_attention
 
@@ -51,13 +52,10 @@ def _kernel_args(batch, max_len, heads, head_dim, kv_len, activation) -> tuple:
 
 
 def bench_interleaved(fns: dict, rounds=3, rep=30):
-    """Median ms of each fn, interleaved over ``rounds`` rounds (the median of the rounds' medians), the order
-    reversed every other round (a variant's position in the round can move its time: prenorm.bench_round_robin)."""
-    times = {name: [] for name in fns}
-    for r in range(rounds):
-        for name, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
-            times[name].append(triton.testing.do_bench(fn, warmup=5, rep=rep, return_mode="median"))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    """Median ms of each fn over ``rounds`` rounds (norm_fusion_inductor.timing: interleaved, the order reversed
+    every other round)."""
+    return interleaved_medians(fns, rounds,
+                               lambda fn: triton.testing.do_bench(fn, warmup=5, rep=rep, return_mode="median"))
 
 
 def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train):

@@ -8,26 +8,22 @@ options it needed are in commit 0376a52; measured slower on the H200, 2026-11-30
 """
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
 from norm_fusion_inductor.kernels import norm_gemm as kern
+from norm_fusion_inductor.timing import interleaved_medians
 
 EPS = 1e-6
 SHAPES = [(65536, 1024, 1024), (262144, 256, 256), (16384, 4096, 4096)]
 
 
 def bench(fns, rounds=2, rep=30):
-    """Median of the rounds' medians, the functions interleaved round-robin, the order reversed every other round
-    (a variant's position in the round can move its time: prenorm.bench_round_robin)."""
-    t = {k: [] for k in fns}
-    for r in range(rounds):
-        for k, f in (fns.items() if r % 2 == 0 else reversed(fns.items())):
-            t[k].append(do_bench(f, warmup=10, rep=rep, return_mode="median"))
-    return {k: statistics.median(v) for k, v in t.items()}
+    """Median of the rounds' medians (norm_fusion_inductor.timing: interleaved, the order reversed every other
+    round)."""
+    return interleaved_medians(fns, rounds, lambda f: do_bench(f, warmup=10, rep=rep, return_mode="median"))
 
 
 def _label(c):

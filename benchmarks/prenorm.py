@@ -66,22 +66,16 @@ def tuned(x, g, w, prologues):
 
 
 def bench_round_robin(fns: dict, rounds: int = 2, cudagraph: bool = False) -> dict:
-    """Median of per-round medians, the order reversed every other round. With one fixed order the default
-    (timed early in each round) read up to 13 % faster than its recompiled control (timed last) at the large RMS
-    shapes (H200, 2026-11-30: 1.720 vs 1.951 ms at 262144×1024×2048, the unfused plugin 1.948); whether the
-    position or the compile made it is not known, and the reversal takes the position's share out of every
-    variant alike. cudagraph=True times graph replays: GPU time without the host's share (compiled callables are host-bound
-    below ~0.15 ms of GPU time)."""
+    """Median of per-round medians (norm_fusion_inductor.timing: interleaved, the order reversed every other
+    round). cudagraph=True times graph replays: GPU time without the host's share (compiled callables are
+    host-bound below ~0.15 ms of GPU time)."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    times = {name: [] for name in fns}
-    for r in range(rounds):
-        for name, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
-            if cudagraph:
-                times[name].append(do_bench_cudagraph(fn, rep=30, return_mode="median"))
-            else:
-                times[name].append(do_bench(fn, warmup=10, rep=30, return_mode="median"))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    from norm_fusion_inductor.timing import interleaved_medians
+
+    if cudagraph:
+        return interleaved_medians(fns, rounds, lambda fn: do_bench_cudagraph(fn, rep=30, return_mode="median"))
+    return interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=30, return_mode="median"))
 
 
 def add_timings(row: dict, fns: dict, cudagraph: bool) -> None:

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from .timing import interleaved_medians
 
 EPS = 1e-6
 
@@ -44,17 +45,13 @@ def _setup(site: dict) -> tuple:
 
 
 def _time(fns: dict) -> dict:
-    """Medians of three interleaved rounds, the order reversed every other round."""
+    """Medians of three interleaved rounds (timing.interleaved_medians), after a warm-up call of each."""
     from triton.testing import do_bench
 
     for f in fns.values():  # compile and warm up outside the timing
         f()
     torch.cuda.synchronize()
-    times = {name: [] for name in fns}
-    for r in range(3):
-        for name, f in (fns.items() if r % 2 == 0 else reversed(fns.items())):
-            times[name].append(do_bench(f, warmup=5, rep=30, return_mode="median"))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return interleaved_medians(fns, 3, lambda f: do_bench(f, warmup=5, rep=30, return_mode="median"))
 
 
 def measure_attention(site: dict) -> dict:

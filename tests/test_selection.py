@@ -335,3 +335,15 @@ def test_entries_another_process_stored_meanwhile_are_kept(measured, monkeypatch
     saved = json.loads(path.read_text())
     assert set(saved) == {"before", "child|plan", "262144x1024x256"}
     assert selection._MEMORY["child|plan"] == {"plan": ["in_loop", {}]}
+
+
+def test_interleaved_timing_reverses_the_order_every_other_round():
+    """The benchmarks' and the child process's timer: each variant once a round, the order reversed every other
+    round (a variant's position in the round moved its time on the H200), the median per variant."""
+    from norm_fusion_inductor.timing import interleaved_medians
+
+    order = []
+    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 4.0, 9.0])}
+    result = interleaved_medians({"a": "a", "b": "b"}, 3, lambda name: order.append(name) or next(times[name]))
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert result == {"a": 2.0, "b": 5.0}

@@ -160,6 +160,7 @@ def main() -> int:
     p.add_argument("--cases", nargs="*", choices=list(CASES))
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--modes", nargs="*", choices=["inference", "train"], default=["inference", "train"])
     p.add_argument("--json")
     args = p.parse_args()
     cases = SMOKE if args.smoke else CASES
@@ -170,7 +171,7 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     rows = []
     for name in args.cases or list(cases):
-        for train in (False, True):
+        for train in [mode == "train" for mode in args.modes]:
             row = run_case(name, cases[name], train, args)
             rows.append(row)
             fused = sum(s[0] for s in row["sites"])

@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from prenorm import add_timings, parse_shapes, rel_err, sweep_arguments
+from prenorm import add_timings, parse_shapes, part_of, rel_err, sweep_arguments
 
 SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (256, 512, 1024, 2048, 4096)]
 LARGE = [(16384, 4096, 4096)]
@@ -119,11 +119,8 @@ def run_shape(M, K, N, dtype, args) -> dict:
 def main() -> None:
     p = sweep_arguments(__doc__, "ln")
     p.add_argument("--exchanges", action="store_true", help="also time the best plan of each exchange")
-    p.add_argument("--part", default="1/1", help="i/n: the i-th of n slices of the shapes (to fit a device call)")
     args = p.parse_args()
-    shapes = parse_shapes(args.shapes) or SWEEP + LARGE
-    part, parts = (int(v) for v in args.part.split("/"))
-    shapes = shapes[part - 1::parts]
+    shapes = part_of(parse_shapes(args.shapes) or SWEEP + LARGE, args.part)
     global NORM
     NORM = args.norm
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton "

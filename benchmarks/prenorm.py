@@ -178,9 +178,16 @@ def sweep_arguments(doc: str, default_norm: str) -> argparse.ArgumentParser:
     p.add_argument("--no-max-autotune", action="store_true")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
     p.add_argument("--json")
-    p.add_argument("--compiled-check", action="store_true",
-                   help="the plugin (policy auto) with compiled_check: near misses decided by compiled graphs")
+    p.add_argument("--no-compiled-check", dest="compiled_check", action="store_false",
+                   help="the plugin (policy auto) without compiled_check: near misses decided by the lower bound")
+    p.add_argument("--part", default="1/1", help="i/n: the i-th of n slices of the shapes (to fit a device call)")
     return p
+
+
+def part_of(shapes: list, part: str) -> list:
+    """--part i/n: every n-th shape from the i-th, so that each slice mixes small and large ones."""
+    i, n = (int(v) for v in part.split("/"))
+    return shapes[i - 1::n]
 
 
 def parse_shapes(shapes: list[str] | None) -> list[tuple] | None:
@@ -193,7 +200,7 @@ def main() -> None:
     p.add_argument("--max-autotune-shapes", nargs="*", help="compile max-autotune only for these MxKxN (slow)")
     p.add_argument("--lean", action="store_true", help="skip the per-prologue columns (faster)")
     args = p.parse_args()
-    shapes = parse_shapes(args.shapes) or (QUICK if args.quick else SWEEP + LARGE)
+    shapes = part_of(parse_shapes(args.shapes) or (QUICK if args.quick else SWEEP + LARGE), args.part)
     if args.quick:
         args.no_max_autotune = True
     dtype = getattr(torch, args.dtype)

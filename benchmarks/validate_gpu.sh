@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU rounds, each fits one device call (10 min). Writes logs and JSON under $OUT.
-#   bash benchmarks/validate_gpu.sh checks   # every kernel config vs float64, test_gpu.py, quickstart  (~6 min)
+#   bash benchmarks/validate_gpu.sh checks   # every kernel config vs float64, test_gpu.py, quickstart  (~9 min)
 #   bash benchmarks/validate_gpu.sh checks2  # the post-norm GPU tests (stress test included)           (~6 min?)
-#   bash benchmarks/validate_gpu.sh sweep    # the issue's RMS sweep, lean, with the recompiled-default control (~7 min)
-#   bash benchmarks/validate_gpu.sh ln       # the LayerNorm sweep (K, N <= 2048)                      (~7 min)
+#   bash benchmarks/validate_gpu.sh sweep [i/n]  # the issue's RMS sweep (or its i-th of n slices), with the control (~9 min)
+#   bash benchmarks/validate_gpu.sh ln [i/n]     # the LayerNorm sweep (K, N <= 2048): ~8 min a half (child compiles)
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 #   bash benchmarks/validate_gpu.sh dgrad    # the dgrad kernel's GPU tests, then it alone vs torch.compile (~6 min?)
@@ -13,9 +13,11 @@
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
 #   bash benchmarks/validate_gpu.sh lnprobe  # which piece of the in-loop LayerNorm kernel the miscompile needs (~2 min?)
+#   bash benchmarks/validate_gpu.sh e2e      # e2e.py without max-autotune: the three cases, both compile times (~9 min; alone: host-sensitive)
+#   bash benchmarks/validate_gpu.sh pair "ln 1/2" "ln 2/2"  # two rounds at once, one per GPU (nvidia-h200-x2; GPU-bound rounds only)
 #   bash benchmarks/validate_gpu.sh nearmiss # compiled_check: its child process for real, then the LayerNorm near misses (~6 min?)
 set -uo pipefail
-source benchmarks/device_setup.sh
+[ -n "${NFI_SITE_READY:-}" ] || source benchmarks/device_setup.sh  # "pair" lays it out once for both rounds
 cd /tmp/site
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 case "${1:-checks}" in
@@ -26,7 +28,7 @@ checks)
     # a line per (variant, config); flag errors above bf16 rounding
     awk '{split($0,a,"out "); split(a[2],b," "); if (b[1]+0 > 0.01 || $0 ~ /Error/) print "BAD", $0}' \
         "$OUT/kernel_check.log" | cut -c1-200
-    timeout 300 python3 -m pytest tests/test_gpu.py -q -p no:warnings --show-capture=no --tb=line \
+    timeout ${GPU_TESTS_TIMEOUT:-450} python3 -m pytest tests/test_gpu.py -q -p no:warnings --show-capture=no --tb=line \
         > "$OUT/gpu_tests.log" 2>&1; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.log" | tail -12
     python3 examples/quickstart.py 2>&1 | tail -4 | cut -c1-300 | tee "$OUT/quickstart.log"
     ;;
@@ -34,14 +36,32 @@ checks2)  # the post-norm GPU tests (2026-11-30: they no longer fit in one call 
     timeout 500 python3 -m pytest tests/test_gpu_post_norm.py -q -p no:warnings --show-capture=no --tb=short \
         > "$OUT/gpu_post_tests.log" 2>&1; grep -E "passed|failed|FAILED|Error|assert" "$OUT/gpu_post_tests.log" | tail -20
     ;;
-sweep)
-    python3 benchmarks/prenorm.py --lean --no-max-autotune --json "$OUT/prenorm.json" 2>&1 \
-        | grep "^|\|median\|worst" | tee "$OUT/prenorm.log"
+sweep)  # [i/n]: a slice of the shapes
+    part=${2:-1/1}
+    timeout ${SWEEP_TIMEOUT:-590} python3 benchmarks/prenorm.py --lean --no-max-autotune --part "$part" \
+        --json "$OUT/prenorm_${part/\//of}.json" 2>&1 | grep --line-buffered "^|\|median\|worst" \
+        | tee "$OUT/prenorm_${part/\//of}.log"
     ;;
-ln)
-    python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --json "$OUT/prenorm_ln.json" \
+ln)  # [i/n]: a slice of the shapes
+    part=${2:-1/1}
+    timeout ${SWEEP_TIMEOUT:-590} python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --part "$part" \
+        --json "$OUT/prenorm_ln_${part/\//of}.json" \
         --shapes $(python3 -c "from benchmarks.prenorm import SWEEP; print(' '.join('%dx%dx%d' % s for s in SWEEP))") \
-        2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/prenorm_ln.log"
+        2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/prenorm_ln_${part/\//of}.log"
+    ;;
+pair)  # two rounds side by side, one per GPU, each with its own caches (the selection's, Inductor's, Triton's)
+    for gpu in 0 1; do
+        round=$([ $gpu = 0 ] && echo "$2" || echo "$3")
+        NFI_SITE_READY=1 CUDA_VISIBLE_DEVICES=$gpu HOME=/tmp/home$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/inductor$gpu \
+            TRITON_CACHE_DIR=/tmp/triton$gpu OUT="$OUT/gpu$gpu" bash benchmarks/validate_gpu.sh $round \
+            > "$OUT/gpu$gpu.log" 2>&1 &
+    done
+    wait
+    tail -n 40 "$OUT"/gpu0.log "$OUT"/gpu1.log
+    ;;
+e2e)  # issue 7: Llama, BERT and the recommendation block, inference and training step; cold and warm compile times
+    timeout ${E2E_TIMEOUT:-560} python3 benchmarks/e2e.py --no-max-autotune --json "$OUT/e2e.json" 2>&1 \
+        | grep -v Warning | tail -30 | tee "$OUT/e2e.log"
     ;;
 backward)
     python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line 2>&1 \
@@ -113,10 +133,10 @@ host)  # where a fused site's host time goes (the Gluon thin op vs Inductor's la
     timeout 150 python3 benchmarks/host_profile.py 65536x512x256 --norm ln 2>&1 | tee "$OUT/host_profile.log" \
         | grep -E "us/call|site:|Error"
     ;;
-nearmiss)  # NormFusionConfig.compiled_check (off by default until this has run): the child, then the sites it is for
+nearmiss)  # NormFusionConfig.compiled_check: its child process for real, then the sites it is for
     timeout 200 python3 -m pytest tests/test_gpu.py -k compiled_check -q -p no:warnings --show-capture=no --tb=short \
         2>&1 | tail -8 | tee "$OUT/compiled_check_tests.log"
-    timeout 330 python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune --compiled-check \
+    timeout 330 python3 benchmarks/prenorm.py --norm ln --lean --no-max-autotune \
         --json "$OUT/prenorm_ln_nearmiss.json" --shapes 65536x2048x1024 262144x2048x1024 65536x512x512 \
         262144x256x256 262144x512x256 65536x2048x2048 2>&1 | grep --line-buffered "^|\|median\|worst" \
         | tee "$OUT/prenorm_ln_nearmiss.log"

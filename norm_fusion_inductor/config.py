@@ -34,14 +34,16 @@ class NormFusionConfig:
     #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot: the recommendation
     #: block measured 1.093x faster fused alone and ran 0.979x in its training step (H200, 2026-11-30, BENCHMARKS.md)
     compiled_min_speedup: float = 1.15
-    #: with policy "auto", a matmul site whose fused kernel beats the unfused lower bound by less than
-    #: min_speedup is compiled both ways (torch.compile default, and this plugin fusing it) in a child process
-    #: and timed side by side (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound
-    #: counts the norm as a copy, which Inductor's norm kernels are slower than (LayerNorm at K = 2048: 0.200 vs
-    #: 0.131 ms), so near misses can be real wins (two LayerNorm sites ran 0.86x the default fused but stayed
-    #: unfused, H200, 2026-11-30). Off until checked on the GPU; costs a child compile (10-30 s) per such site
-    #: once (cached on disk)
-    compiled_check: bool = False
+    #: with policy "auto", a matmul site the lower bound leaves undecided (the fused kernel faster than the bound
+    #: but not by min_speedup; for pre-norm LayerNorm, within selection.NEAR_MISS_LAYER_NORM of it) is compiled
+    #: both ways (torch.compile default, and this plugin fusing it) in a child process and timed side by side
+    #: (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound counts the norm as a
+    #: copy (Inductor's LayerNorm at K = 2048: 0.200 vs 0.131 ms) and the eager LayerNorm entry runs its weight
+    #: preparation as separate kernels, so near misses can be real wins. H200 LayerNorm sweep (2026-11-30, eighth
+    #: session, BENCHMARKS.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
+    #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Costs a
+    #: child compile (20-60 s) per such site on a cold cache (the choice is cached on disk)
+    compiled_check: bool = True
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
     #: launch cannot take (dynamic M, eps as a tensor) use the op either way

@@ -101,12 +101,10 @@ def bench(fns: dict, device: str, rounds: int) -> dict:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def run_case(name: str, spec: dict, train: bool, args) -> dict:
-    import norm_fusion_inductor as nfi
+def build_case(spec: dict, train: bool, device: str, dtype: torch.dtype) -> tuple:
+    """(model, inputs) of a case, random weights, seeded."""
     from norm_fusion_inductor import attention_ops, hf_models
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
     if spec["family"] == "recsys":
         model = attention_ops.NormAttentionBlock(spec["hidden"], spec["heads"]).to(device, dtype).train(train)
@@ -119,6 +117,15 @@ def run_case(name: str, spec: dict, train: bool, args) -> dict:
         model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=spec["layers"], **spec["config"])
         model = model.to(device, dtype).train(train)
         inputs = hf_models.example_inputs(model, batch=spec["batch"], seq=spec["seq"])
+    return model, inputs
+
+
+def run_case(name: str, spec: dict, train: bool, args) -> dict:
+    import norm_fusion_inductor as nfi
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model, inputs = build_case(spec, train, device, dtype)
     compilers = {"default": {}, "norm_fusion": dict(backend="norm_fusion")}
     if not args.no_max_autotune and device == "cuda":
         compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")

@@ -175,6 +175,8 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         t = _cached(site, config, "times", _measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
         return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+    if t.get("plan") is not None:  # what policy "always" (a compiled_check child) asks for: not tuned again there
+        _cached(site, config, "plan", lambda site: {"plan": list(t["plan"])})
     # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
     copies = 1 + 0.5 * (site.has_residual + site.has_residual_out)
     norm_ms = t["copy_ms"] * copies

@@ -147,12 +147,14 @@ def test_plan_is_kept_with_the_choice(measured, monkeypatch):
     assert selection.choose(CUDA_SITE, config).plan == tuple(plan)
     monkeypatch.setattr(selection, "_MEMORY", {})  # a new process: the plan comes back from disk as a tuple
     assert selection.choose(CUDA_SITE, config).plan == tuple(plan) and len(calls) == 1
-    # policy "always" measures nothing but still tunes a plan once
+    # policy "always" measures nothing: it takes the measured site's plan, and tunes an unmeasured site's once
     tuned = []
     monkeypatch.setattr(selection, "_tune", lambda site: tuned.append(site) or {"plan": plan})
     always = NormFusionConfig(policy="always", cache_dir=config.cache_dir)
-    assert selection.choose(CUDA_SITE, always).plan == tuple(plan)
-    assert selection.choose(CUDA_SITE, always).plan == tuple(plan) and len(tuned) == 1
+    assert selection.choose(CUDA_SITE, always).plan == tuple(plan) and tuned == []
+    other = dataclasses.replace(CUDA_SITE, N=2048)
+    assert selection.choose(other, always).plan == tuple(plan)
+    assert selection.choose(other, always).plan == tuple(plan) and tuned == [other] and len(calls) == 1
 
 
 def test_choices_are_cached_in_memory_and_on_disk(measured, monkeypatch):
@@ -298,6 +300,20 @@ def test_slightly_slower_than_the_bound_asks_the_child(compiled_child):
     numbers, child, config = compiled_child
     numbers.update(fused_ms=0.60)
     assert selection.choose(NEAR_MISS, config).fused and len(child["calls"]) == 1
+
+
+def test_measured_plan_is_the_one_policy_always_takes(measured):
+    """The plan tuned for the measurement is stored as the site's plan, so that a compiled_check child (the plugin
+    with policy "always", same cache) does not tune the site again."""
+    numbers, _, config = measured
+    numbers.update(fused_ms=0.3, mm_ms=0.2, copy_ms=0.3, plan=["in_loop", {"BLOCK_M": 128}])
+    selection.choose(CUDA_SITE, config)
+    selection._MEMORY.clear()  # as in a new process: from the disk cache
+
+    def tune(site):
+        raise AssertionError("tuned again")
+
+    assert selection._cached(CUDA_SITE, config, "plan", tune)["plan"] == ("in_loop", {"BLOCK_M": 128})
 
 
 def test_rms_site_above_the_bound_asks_no_child(compiled_child):

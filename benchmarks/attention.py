@@ -102,7 +102,7 @@ def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train)
 
 
 CONFIGS = [(64, 64, 4, 2), (64, 64, 8, 2), (128, 64, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (128, 128, 8, 2),
-           (64, 64, 4, 3)]
+           (64, 64, 4, 3), (64, 32, 4, 2)]
 PROBE_CONFIGS = [(32, 64, 4, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 
 
@@ -214,6 +214,8 @@ def main():
     p.add_argument("--breakdown", action="store_true", help="GPU time per kernel of one forward + backward")
     p.add_argument("--merged", action="store_true",
                    help="the merged dq̂ + dK/dV backward kernel (kernels.MERGED_DQ_HAT_BY_DEFAULT) for every run")
+    p.add_argument("--residual-in-acc", action="store_true",
+                   help="the forward adds q̂ in its accumulator (kernels.RESIDUAL_IN_ACC_BY_DEFAULT; not softmax)")
     p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
                    help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
     p.add_argument("--dense", action="store_true", help="every q sequence max_len long (no jagged rows)")
@@ -229,6 +231,11 @@ def main():
 
         kernels.MERGED_DQ_HAT_BY_DEFAULT = True
         print("merged dq̂ + dK/dV backward", flush=True)
+    if args.residual_in_acc:
+        from norm_fusion_inductor.kernels import norm_attention as kernels
+
+        kernels.RESIDUAL_IN_ACC_BY_DEFAULT = True
+        print("the residual q̂ in the forward's accumulator", flush=True)
     if args.row_launch:
         from norm_fusion_inductor.kernels import norm_attention as kernels
 

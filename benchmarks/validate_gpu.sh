@@ -9,6 +9,7 @@
 #   bash benchmarks/validate_gpu.sh dgrad    # the dgrad kernel's GPU tests, then it alone vs torch.compile (~6 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
+#   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
@@ -107,6 +108,18 @@ diff)  # the kernels an unfused plugin graph launches against the default's, the
     timeout 120 python3 benchmarks/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
     timeout 380 python3 benchmarks/postnorm.py --norm ln --part 1/2 --no-max-autotune --json "$OUT/postnorm_ln.json" \
         2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/postnorm_ln.log"
+    ;;
+acc_ab)  # FlashNormAttention's forward with the residual q̂ in its accumulator (RESIDUAL_IN_ACC): right? faster?
+    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "residual_in_accumulator or (matches_float64 and silu)" \
+        -q -p no:warnings --show-capture=no --tb=short 2>&1 | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/acc_tests.log"
+    for flag in "" "--residual-in-acc"; do
+        for shape in "--dense --max-lens 512" "--max-lens 1024"; do
+            timeout 120 python3 benchmarks/attention.py --configs --heads 4 --activations silu $shape $flag 2>&1 \
+                | grep -E "config|Error|residual" | tee -a "$OUT/acc_ab.log"
+            timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu $shape $flag 2>&1 \
+                | grep -E "breakdown|Error" | head -4 | tee -a "$OUT/acc_ab.log"
+        done
+    done
     ;;
 merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \

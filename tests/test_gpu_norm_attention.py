@@ -32,6 +32,22 @@ def test_separate_dq_hat_and_dkdv_match_float64(activation, heads, head_dim, kv_
     _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
 
 
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+@pytest.mark.parametrize("heads,head_dim,kv_len,config", [(4, 128, 128, None), (4, 128, 128, (64, 32, 4, 2)),
+                                                          (2, 64, 200, None)])
+def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv_len, config, monkeypatch):
+    """RESIDUAL_IN_ACC (off by default until timed): the forward's accumulator started at q̂, in the default
+    config and in the 64 × 32 one it makes fit three programs per SM."""
+    monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
+    if config is not None:
+        monkeypatch.setattr(norm_attention, "default_config", lambda kv_len, head_dim, kernel="forward": (
+            config if kernel == "forward" else _DEFAULT_CONFIG(kv_len, head_dim, kernel)))
+    _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
+
+
+_DEFAULT_CONFIG = norm_attention.default_config
+
+
 def _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine):
     lens = [300, 0, 1, 64, 129, 250, 77, 512]
     args, grad_out = norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cuda",

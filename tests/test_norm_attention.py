@@ -79,6 +79,28 @@ def test_merged_backward_matches_float64(activation, monkeypatch):
 
 
 @interpreter
+@pytest.mark.parametrize("activation, dtype, tol", [("silu", torch.float32, 1e-5), ("gelu_tanh", torch.float16, 2e-3),
+                                                    ("softmax", torch.float32, 1e-5)])
+def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, monkeypatch):
+    """RESIDUAL_IN_ACC (the forward's accumulator started at q̂; softmax keeps the separate add), KV over several
+    blocks, fp32 and fp16, forward and gradients."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
+    flags = []
+    real = norm_attention._attention_kernel
+
+    class Recording:  # records the RESIDUAL_IN_ACC of each launch
+        def __getitem__(self, grid):
+            return lambda *a, **k: flags.append(k["RESIDUAL_IN_ACC"]) or real[grid](*a, **k)
+
+    monkeypatch.setattr(norm_attention, "_attention_kernel", Recording())
+    args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
+                                         dtype=dtype, seed=31)
+    _check_against_float64(args, grad_out, tol=tol)
+    assert flags and all(f == (activation != "softmax") for f in flags)
+
+
+@interpreter
 def test_kernels_match_float64_three_heads(monkeypatch):
     """A head count that is not a power of two: the row kernels hold whole rows padded to a power of two and sum
     per-head partials (Δ) over the padded layout."""

@@ -181,9 +181,13 @@ def _kv_block(k_src, v_src, kv_row0, n0, col0, stride_kl, stride_vl, kv_len, BLO
 
 @triton.jit
 def _attend(q_hat, k_src, v_src, kv_row0, col0, stride_kl, stride_vl, kv_len, scale, ACT: tl.constexpr,
-            BLOCK_N: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr):
-    """a = s·act(q̂ Kᵀ) V, or softmax(s·q̂ Kᵀ) V with its log-sum-exp (natural log); fp32 [BLOCK_M, D]."""
-    acc = tl.zeros([q_hat.shape[0], D], tl.float32)
+            BLOCK_N: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr, RESIDUAL_IN_ACC: tl.constexpr = False):
+    """a = s·act(q̂ Kᵀ) V, or softmax(s·q̂ Kᵀ) V with its log-sum-exp (natural log); fp32 [BLOCK_M, D].
+    RESIDUAL_IN_ACC (not softmax): a + q̂ instead, the accumulator started at q̂."""
+    if RESIDUAL_IN_ACC:
+        acc = q_hat.to(tl.float32)
+    else:
+        acc = tl.zeros([q_hat.shape[0], D], tl.float32)
     m_i = tl.full([q_hat.shape[0]], float("-inf"), tl.float32)
     l_i = tl.zeros([q_hat.shape[0]], tl.float32)
     for n0 in range(0, kv_len, BLOCK_N):
@@ -210,13 +214,17 @@ def _attend(q_hat, k_src, v_src, kv_row0, col0, stride_kl, stride_vl, kv_len, sc
 @triton.jit
 def _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src, kv_row0,
             stride_kl, stride_vl, kv_len, scale, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-            HAS_LN_B: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+            HAS_LN_B: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr, RESIDUAL_IN_ACC: tl.constexpr):
     """x = a + q̂ of head h, rounded as eager rounds it (a and q̂ to the input dtype, then their sum), and the
-    log-sum-exp of its softmax."""
+    log-sum-exp of its softmax. RESIDUAL_IN_ACC (not softmax): q̂ added in the fp32 accumulator, one rounding
+    (closer to float64 than eager); then q̂ is not held in the accumulator's layout through the key loop (ptxas,
+    sm_90, D = 128, 64 × 64: 255 → 177 registers; 64 × 32: 168, three programs per SM instead of two)."""
     q_norm_h, q_hat = _normalized_q(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, D,
                              HAS_LN_W, HAS_LN_B, TMA)
     a, lse = _attend(q_hat, k_src, v_src, kv_row0, h * D, stride_kl, stride_vl, kv_len, scale, ACT, BLOCK_N, D,
-                     TMA)
+                     TMA, RESIDUAL_IN_ACC)
+    if RESIDUAL_IN_ACC:
+        return a.to(q_hat.dtype), lse
     return (a.to(q_hat.dtype).to(tl.float32) + q_hat.to(tl.float32)).to(q_hat.dtype), lse
 
 
@@ -265,7 +273,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, x_ptr, lse_ptr, offsets_ptr, ln_w_ptr
                       num_rows, num_seqs, stride_q, stride_x, stride_kb, stride_kl, stride_vb, stride_vl,
                       kv_len, scale,
                       H: tl.constexpr, D: tl.constexpr, ACT: tl.constexpr, HAS_LN_W: tl.constexpr,
-                      HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+                      HAS_LN_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+                      RESIDUAL_IN_ACC: tl.constexpr = False):
     """Forward 2, per (row block, sequence, head): q̂ from q and the row statistics (the LayerNorm prologue),
     x = a + q̂ stored, and the log-sum-exp ([T, H] fp32)."""
     b = tl.program_id(1)
@@ -280,7 +289,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, x_ptr, lse_ptr, offsets_ptr, ln_w_ptr
     mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
     rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
     x, lse = _head_x(q_src, row0, local, row_ok, stride_q, h, mean, rstd, ln_w_ptr, ln_b_ptr, k_src, v_src,
-                     kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA)
+                     kv_row0, stride_kl, stride_vl, kv_len, scale, D, ACT, HAS_LN_W, HAS_LN_B, BLOCK_N, TMA,
+                     RESIDUAL_IN_ACC)
     _store_rows(x_ptr, row0, local, row_ok, h * D, stride_x, x, D)
     if ACT == 0:
         tl.store(lse_ptr + rows * H + h, lse, mask=row_ok)
@@ -563,6 +573,11 @@ def _tma_ok(rows: list, kv: list) -> bool:
             and all(t.stride(0) == t.shape[1] * t.stride(1) for t in kv))
 
 
+# The forward kernel adds the residual q̂ into its fp32 accumulator (activations other than softmax, whose
+# accumulator is rescaled): fewer registers (see _head_x), one rounding of x instead of eager's two. Not timed on
+# the GPU yet (2026-11-30, eighth session): off until `attention.py --breakdown --residual-in-acc` says it pays.
+RESIDUAL_IN_ACC_BY_DEFAULT = False
+
 # The descriptor path is right on the GPU too (test_descriptor_path_matches_pointer_path, 2026-11-30) but its
 # forward measured slower than the pointer path (BENCHMARKS.md): pointers stay the default.
 TMA_BY_DEFAULT = False
@@ -604,7 +619,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
         q, k, v, x, lse, offsets, ln_weight, ln_bias, mean, rstd,
         T, B, q.stride(0), x.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale,
         H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None,
-        **_launch_options(config, tma))
+        RESIDUAL_IN_ACC=act != 0 and RESIDUAL_IN_ACC_BY_DEFAULT, **_launch_options(config, tma))
     _rms_out_kernel[row_grid](x, q, out, rrms, rms_weight, T, x.stride(0), q.stride(0), out.stride(0), rms_eps,
                               HAS_RMS_W=rms_weight is not None, **rows)
     return out, mean, rstd, rrms, lse, x

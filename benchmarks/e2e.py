@@ -1,14 +1,17 @@
-"""End to end: a Llama-style decoder layer (hidden 4096) and a BERT-base encoder layer, in inference and as a
-training step (forward + backward), compiled with torch.compile default, max-autotune and this plugin; tokens/s
+"""End to end: a Llama-style decoder layer (hidden 4096), a BERT-base encoder layer and the recommendation
+block, in inference and as a training step (forward + backward), compiled with torch.compile default, max-autotune and this plugin; tokens/s
 and the ratio to default, measured side by side in one process (do_bench medians, compilers interleaved).
 
     python benchmarks/e2e.py                      # the H200 cases, ~10 min with max-autotune
     python benchmarks/e2e.py --no-max-autotune --json e2e.json
     python benchmarks/e2e.py --smoke              # tiny sizes, CPU or GPU: checks the script runs
+    python benchmarks/e2e.py --no-max-autotune --cases bert_base_layer --modes train
 
 Models are transformers' own classes with random weights (norm_fusion_inductor.hf_models), one layer each, a
-128-token vocabulary so that the head does not dominate. The recommendation block of issue 7 waits for the
-attention fusion (issue 6).
+128-token vocabulary so that the head does not dominate; the recommendation block is attention_ops'
+NormAttentionBlock (LayerNorm → SiLU attention → residual → RMSNorm → residual). Each case is compiled twice in the
+process, the second time with warm caches; both compile times are printed. Host-sensitive: run it alone on the
+machine (BENCHMARKS.md, 2026-11-30 eighth session: paired with another GPU job, a step read 9 % slower).
 """
 
 from __future__ import annotations

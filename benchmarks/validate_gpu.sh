@@ -120,6 +120,10 @@ acc_ab)  # FlashNormAttention's forward with the residual q̂ in its accumulator
                 | grep -E "breakdown|Error" | head -4 | tee -a "$OUT/acc_ab.log"
         done
     done
+    for shape in "--dense --max-lens 512" "--max-lens 1024"; do  # the backward row kernels with smaller tiles
+        timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu $shape \
+            --row-launch 1024 4 16 2>&1 | grep -E "breakdown|Error|row kernels" | head -9 | tee -a "$OUT/acc_ab.log"
+    done
     ;;
 merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \

@@ -35,6 +35,19 @@ def _check_against_float64(args, grad_out, tol):
         assert rel_err(g, r) <= max(tol, 2 * rel_err(e, r)), f"grad {i}: {rel_err(g, r):.2e} (eager {rel_err(e, r):.2e})"
 
 
+def _record_launch_flag(monkeypatch, kernel_name: str, flag: str) -> list:
+    """The value of constexpr ``flag`` at each launch of the module's kernel ``kernel_name``, which still runs."""
+    values = []
+    real = getattr(norm_attention, kernel_name)
+
+    class Recording:
+        def __getitem__(self, grid):
+            return lambda *a, **k: values.append(k[flag]) or real[grid](*a, **k)
+
+    monkeypatch.setattr(norm_attention, kernel_name, Recording())
+    return values
+
+
 @interpreter
 @pytest.mark.parametrize("activation", list(norm_attention.ACTIVATIONS))
 @pytest.mark.parametrize("affine", [True, False])
@@ -64,14 +77,7 @@ def test_merged_backward_matches_float64(activation, monkeypatch):
     is not a power of two and rows of several blocks."""
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
     monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", True)
-    calls = []
-    real = norm_attention._dkdv_kernel
-
-    class Recording:  # records the WITH_DQ_HAT of each launch
-        def __getitem__(self, grid):
-            return lambda *a, **k: calls.append(k["WITH_DQ_HAT"]) or real[grid](*a, **k)
-
-    monkeypatch.setattr(norm_attention, "_dkdv_kernel", Recording())
+    calls = _record_launch_flag(monkeypatch, "_dkdv_kernel", "WITH_DQ_HAT")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
                                          dtype=torch.float32, seed=21)
     _check_against_float64(args, grad_out, tol=1e-5)
@@ -86,14 +92,7 @@ def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, mon
     blocks, fp32 and fp16, forward and gradients."""
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
     monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
-    flags = []
-    real = norm_attention._attention_kernel
-
-    class Recording:  # records the RESIDUAL_IN_ACC of each launch
-        def __getitem__(self, grid):
-            return lambda *a, **k: flags.append(k["RESIDUAL_IN_ACC"]) or real[grid](*a, **k)
-
-    monkeypatch.setattr(norm_attention, "_attention_kernel", Recording())
+    flags = _record_launch_flag(monkeypatch, "_attention_kernel", "RESIDUAL_IN_ACC")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
                                          dtype=dtype, seed=31)
     _check_against_float64(args, grad_out, tol=tol)

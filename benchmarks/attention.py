@@ -24,6 +24,7 @@ op = torch.ops.norm_fusion.norm_attention
 
 
 DENSE = False  # --dense: every sequence max_len long (the end-to-end recommendation block's shape)
+FROZEN_KV = False  # --frozen-kv: k and v need no gradient
 
 
 def _operands(batch, max_len, heads, head_dim, kv_len, seed=0):
@@ -67,7 +68,7 @@ def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train)
     seq, pos = attention_ops._padding_index(offsets, q.shape[0])
     padded = q.new_zeros(batch, max_len, q.shape[1]).index_put((seq, pos), q)
     dense_offsets = torch.arange(0, (batch + 1) * max_len, max_len, device="cuda", dtype=torch.int32)
-    params = [t.requires_grad_(train) for t in (ln_w, ln_b, rms_w, k, v)]
+    params = [t.requires_grad_(train) for t in (ln_w, ln_b, rms_w, *(() if FROZEN_KV else (k, v)))]
     for t in (q, padded):
         t.requires_grad_(train)
 
@@ -121,7 +122,8 @@ def explore_configs(batch, max_len, heads, head_dim, kv_len, activation, tma_too
             row = {}
             for name, fn in (("forward", lambda: kernels.forward(*common, 1e-5, 1e-6, config=cfg, tma=tma)),
                              ("backward dq", lambda: kernels.backward(grad, *common, *saved, dq_config=cfg,
-                                                                      tma=tma, merged=False)),
+                                                                      tma=tma, merged=False,
+                                                                      kv_grad=not FROZEN_KV)),
                              ("backward dkdv", lambda: kernels.backward(grad, *common, *saved, dkdv_config=cfg,
                                                                         tma=tma, merged=False))):
                 try:
@@ -185,12 +187,12 @@ def breakdown(batch, max_len, heads, head_dim, kv_len, activation):
     q = common[0]
     grad = torch.randn_like(q)
     _, *saved = kernels.forward(*common, 1e-5, 1e-6)
-    kernels.backward(grad, *common, *saved)
+    kernels.backward(grad, *common, *saved, kv_grad=not FROZEN_KV)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
             _, *saved = kernels.forward(*common, 1e-5, 1e-6)
-            kernels.backward(grad, *common, *saved)
+            kernels.backward(grad, *common, *saved, kv_grad=not FROZEN_KV)
         torch.cuda.synchronize()
     rows = [(e.key, e.device_time_total / 10e3) for e in prof.key_averages() if e.device_time_total > 0]
     for name, ms in sorted(rows, key=lambda r: -r[1]):
@@ -219,9 +221,11 @@ def main():
     p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
                    help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
     p.add_argument("--dense", action="store_true", help="every q sequence max_len long (no jagged rows)")
+    p.add_argument("--frozen-kv", action="store_true",
+                   help="k and v need no gradient (as in e2e.py's recommendation block): no dK/dV in the backward")
     args = p.parse_args()
-    global DENSE
-    DENSE = args.dense
+    global DENSE, FROZEN_KV
+    DENSE, FROZEN_KV = args.dense, args.frozen_kv
     if args.probe:
         for activation in args.activations:
             probe(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)

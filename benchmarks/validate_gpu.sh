@@ -10,6 +10,7 @@
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
+#   bash benchmarks/validate_gpu.sh recsys   # the recommendation block: attention GPU tests, breakdowns, e2e, dq̂ configs (~8 min?)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
@@ -124,6 +125,19 @@ acc_ab)  # FlashNormAttention's forward with the residual q̂ in its accumulator
         timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu $shape \
             --row-launch 1024 4 16 2>&1 | grep -E "breakdown|Error|row kernels" | head -9 | tee -a "$OUT/acc_ab.log"
     done
+    ;;
+recsys)  # issue 7's recommendation block: its kernels' GPU tests, per-kernel times with and without k/v gradients
+    # (e2e.py feeds k and v without grad), e2e.py's recommendation block, then the dq̂ kernel's configs
+    timeout 240 python3 -m pytest tests/test_gpu_norm_attention.py -q -p no:warnings --show-capture=no --tb=short \
+        2>&1 | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/attention_tests.log"
+    for flag in "" "--frozen-kv"; do
+        timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu --dense --max-lens 512 \
+            $flag 2>&1 | grep -E "breakdown|Error" | tee -a "$OUT/breakdown.log"
+    done
+    timeout 300 python3 benchmarks/e2e.py --no-max-autotune --cases recsys_block --json "$OUT/e2e_recsys.json" 2>&1 \
+        | grep -v Warning | tail -20 | tee "$OUT/e2e_recsys.log"
+    timeout 120 python3 benchmarks/attention.py --configs --frozen-kv --heads 4 --activations silu --dense \
+        --max-lens 512 2>&1 | grep -E "config|Error" | tee "$OUT/configs_frozen_kv.log"
     ;;
 merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \

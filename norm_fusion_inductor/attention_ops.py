@@ -129,23 +129,25 @@ def _(q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale, a
 def norm_attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int,
                             heads: int, ln_weight: Optional[Tensor], ln_bias: Optional[Tensor],
                             rms_weight: Optional[Tensor], scale: float, activation: str, ln_eps: float,
-                            rms_eps: float, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor
-                            ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                            rms_eps: float, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor,
+                            kv_grad: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dγ, dβ, dw) of norm_attention by the Triton kernels; a norm weight's gradient is empty where
-    the weight is None. An op of its own so that AOTAutograd traces the backward (fake implementation) instead of
+    the weight is None, dk and dv where ``kv_grad`` is False (neither needs a gradient: the dK/dV kernel does not
+    run). An op of its own so that AOTAutograd traces the backward (fake implementation) instead of
     running it. Operands the kernels cannot take are differentiated through the reference by the autograd
     formula instead (autograd is off inside an op)."""
     reason = _kernel_reason(q, k, v, heads, activation)
     if reason is not None:
         raise RuntimeError(f"norm_attention_backward: the kernels cannot take these operands ({reason})")
     grads = kernels.backward(grad_out, q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, scale,
-                             activation, mean, rstd, rrms, lse, x)
+                             activation, mean, rstd, rrms, lse, x, kv_grad=kv_grad)
     return tuple(g if g is not None else q.new_empty(0) for g in grads)
 
 
 @norm_attention_backward.register_fake
-def _(grad_out, q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, *_):
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+def _(grad_out, q, k, v, offsets, max_len, heads, ln_weight, ln_bias, rms_weight, *_, kv_grad=True):
+    kv = (torch.empty_like(k), torch.empty_like(v)) if kv_grad else (k.new_empty(0), v.new_empty(0))
+    return (torch.empty_like(q), *kv,
             *(torch.empty_like(w) if w is not None else q.new_empty(0) for w in (ln_weight, ln_bias, rms_weight)))
 
 
@@ -164,10 +166,12 @@ def _backward(ctx, grad_out, *_grad_stats):
     max_len, heads, scale, activation, ln_eps, rms_eps = ctx.scalars
     weights = (ln_weight, ln_bias, rms_weight)
     if _kernel_reason(q, k, v, heads, activation) is None:
+        kv_grad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]  # traced: the graph's requires_grad
         grads = torch.ops.norm_fusion.norm_attention_backward(
             grad_out.contiguous(), q, k, v, offsets, max_len, heads, *weights, scale, activation, ln_eps, rms_eps,
-            mean, rstd, rrms, lse, x)
-        grads = [g if t is not None else None for g, t in zip(grads, (q, k, v, *weights))]
+            mean, rstd, rrms, lse, x, kv_grad)
+        grads = [g if t is not None and (kv_grad or i not in (1, 2)) else None
+                 for i, (g, t) in enumerate(zip(grads, (q, k, v, *weights)))]
     else:  # differentiate the reference, recomputed
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() if t is not None else None for t in (q, k, v, *weights)]

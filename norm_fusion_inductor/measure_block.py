@@ -61,7 +61,8 @@ def measure_attention(site: dict) -> dict:
     B, L, Lk, H, D = (site[k] for k in ("batch", "q_len", "kv_len", "heads", "head_dim"))
     train, act = site["train"], site["activation"]
     q = torch.randn(B, L, H * D, device=dev, dtype=dt, requires_grad=train)
-    k, v = (torch.randn(B, Lk, H * D, device=dev, dtype=dt, requires_grad=train) for _ in range(2))
+    kv_grad = train and site.get("kv_grad", True)  # as the site's k and v: without, neither computes dK/dV
+    k, v = (torch.randn(B, Lk, H * D, device=dev, dtype=dt, requires_grad=kv_grad) for _ in range(2))
     reason = _kernel_reason(q.view(B * L, H * D), k, v, H, act)
     if reason is not None:
         raise RuntimeError(f"the fused op would run its reference path here: {reason}")
@@ -78,7 +79,7 @@ def measure_attention(site: dict) -> dict:
     fns = {"fused_ms": lambda: flash_norm_attention(q, k, v, H, *weights, scale=scale, activation=act),
            "compiled_ms": lambda: compiled(q, k, v, *weights)}
     if train:
-        leaves = [t for t in (q, k, v, *weights) if t is not None]
+        leaves = [t for t in (q, k, v, *weights) if t is not None and t.requires_grad]
         grad = torch.randn_like(q)
         fns = {name: (lambda f=f: torch.autograd.grad(f(), leaves, grad)) for name, f in fns.items()}
     return _time(fns)

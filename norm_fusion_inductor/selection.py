@@ -377,6 +377,7 @@ class AttentionSite:
     has_ln_bias: bool
     has_rms_weight: bool
     train: bool = False  # the graph is differentiated: forward and backward are measured
+    kv_grad: bool = True  # in training, k or v needs a gradient (else the dK/dV kernel does not run)
 
     @property
     def shape(self) -> tuple:

@@ -193,16 +193,15 @@ def _outside_readers(block: Block, final_add: Node) -> list:
 
 
 def _site(block: Block) -> selection.AttentionSite:
-    q, k = value(block.q), value(block.k)
+    q, k, v = value(block.q), value(block.k), value(block.v)
+    operands = (block.q, block.k, block.v, block.ln_weight, block.ln_bias, block.rms_weight)
+    train = torch.is_grad_enabled() and any(value(t).requires_grad for t in operands if t is not None)
     return selection.AttentionSite(batch=q.shape[0], q_len=q.shape[1], kv_len=k.shape[1], heads=block.heads,
                                    head_dim=q.shape[2] // block.heads, dtype=q.dtype, device=q.device,
                                    activation=block.activation, has_ln_weight=block.ln_weight is not None,
                                    has_ln_bias=block.ln_bias is not None,
-                                   has_rms_weight=block.rms_weight is not None,
-                                   train=torch.is_grad_enabled() and any(
-                                       value(t).requires_grad for t in (block.q, block.k, block.v,
-                                                                          block.ln_weight, block.ln_bias,
-                                                                          block.rms_weight) if t is not None))
+                                   has_rms_weight=block.rms_weight is not None, train=train,
+                                   kv_grad=train and (k.requires_grad or v.requires_grad))
 
 
 def _rewrite(graph: Graph, final_add: Node, block: Block) -> None:

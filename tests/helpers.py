@@ -169,15 +169,16 @@ def norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device
 NORM_ATTENTION_DIFFERENTIABLE = ("q", "k", "v", "ln_weight", "ln_bias", "rms_weight")
 
 
-def norm_attention_run(fn, args, grad_out, cast=None):
+def norm_attention_run(fn, args, grad_out, cast=None, frozen=()):
     """(out, stats, grads) of ``fn(**args)`` (the op or the reference), inputs cast by ``cast`` (a dtype) first;
-    grads of the differentiable inputs that are not None, in NORM_ATTENTION_DIFFERENTIABLE order."""
+    grads of the differentiable inputs that are not None and not named in ``frozen`` (those need no gradient),
+    in NORM_ATTENTION_DIFFERENTIABLE order."""
     args = dict(args)
     for name in NORM_ATTENTION_DIFFERENTIABLE:
         if args[name] is not None:
-            args[name] = args[name].detach().to(cast or args[name].dtype).requires_grad_()
+            args[name] = args[name].detach().to(cast or args[name].dtype).requires_grad_(name not in frozen)
     outs = fn(**args)
-    leaves = [args[n] for n in NORM_ATTENTION_DIFFERENTIABLE if args[n] is not None]
+    leaves = [args[n] for n in NORM_ATTENTION_DIFFERENTIABLE if args[n] is not None and n not in frozen]
     grads = torch.autograd.grad(outs[0], leaves, grad_out.to(outs[0].dtype))
     return outs[0], outs[1:], grads
 

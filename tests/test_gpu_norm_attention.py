@@ -36,27 +36,35 @@ def test_separate_dq_hat_and_dkdv_match_float64(activation, heads, head_dim, kv_
 @pytest.mark.parametrize("heads,head_dim,kv_len,config", [(4, 128, 128, None), (4, 128, 128, (64, 32, 4, 2)),
                                                           (2, 64, 200, None)])
 def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv_len, config, monkeypatch):
-    """RESIDUAL_IN_ACC (off by default until timed): the forward's accumulator started at q̂, in the default
-    config and in the 64 × 32 one it makes fit three programs per SM."""
+    """RESIDUAL_IN_ACC (on by default): the forward's accumulator started at q̂, in the default config (64 × 32
+    at D = 128, three programs per SM) and in the given one."""
     monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
     if config is not None:
-        monkeypatch.setattr(norm_attention, "default_config", lambda kv_len, head_dim, kernel="forward": (
-            config if kernel == "forward" else _DEFAULT_CONFIG(kv_len, head_dim, kernel)))
+        monkeypatch.setattr(norm_attention, "default_config", lambda kv_len, head_dim, kernel="forward", *rest: (
+            config if kernel == "forward" else _DEFAULT_CONFIG(kv_len, head_dim, kernel, *rest)))
     _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
+
+
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+@pytest.mark.parametrize("heads,head_dim,kv_len", [(4, 128, 128), (2, 64, 200)])
+def test_without_kv_gradients_matches_float64(activation, heads, head_dim, kv_len):
+    """k and v that need no gradient: only the dq̂ kernel runs in the backward (no dK/dV)."""
+    _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True, frozen=("k", "v"))
 
 
 _DEFAULT_CONFIG = norm_attention.default_config
 
 
-def _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine):
+def _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine, frozen=()):
     lens = [300, 0, 1, 64, 129, 250, 77, 512]
     args, grad_out = norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cuda",
                                          affine=affine, seed=heads + kv_len)
     _poison_allocator()
-    out, stats, grads = norm_attention_run(op, args, grad_out)
+    out, stats, grads = norm_attention_run(op, args, grad_out, frozen=frozen)
     ref, ref_stats, ref_grads = norm_attention_run(attention_ops.norm_attention_reference, args, grad_out,
-                                                   cast=torch.float64)
-    eager, _, eager_grads = norm_attention_run(attention_ops.norm_attention_reference, args, grad_out)
+                                                   cast=torch.float64, frozen=frozen)
+    eager, _, eager_grads = norm_attention_run(attention_ops.norm_attention_reference, args, grad_out,
+                                               frozen=frozen)
     assert not out.isnan().any()
     assert rel_err(out, ref) <= max(1e-2, 1.5 * rel_err(eager, ref)), \
         f"out {rel_err(out, ref):.2e} (eager {rel_err(eager, ref):.2e})"

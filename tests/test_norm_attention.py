@@ -19,12 +19,13 @@ op = torch.ops.norm_fusion.norm_attention
 reference = attention_ops.norm_attention_reference
 
 
-def _check_against_float64(args, grad_out, tol):
+def _check_against_float64(args, grad_out, tol, frozen=()):
     """The op, the float64 reference and the eager reference in the operands' dtype: the op's error (outputs,
-    statistics, every gradient) within ``tol`` or within twice the eager path's, whichever is larger."""
-    out, stats, grads = norm_attention_run(op, args, grad_out)
-    ref, ref_stats, ref_grads = norm_attention_run(reference, args, grad_out, cast=torch.float64)
-    eager, _, eager_grads = norm_attention_run(reference, args, grad_out)
+    statistics, every gradient) within ``tol`` or within twice the eager path's, whichever is larger. Inputs
+    named in ``frozen`` need no gradient."""
+    out, stats, grads = norm_attention_run(op, args, grad_out, frozen=frozen)
+    ref, ref_stats, ref_grads = norm_attention_run(reference, args, grad_out, cast=torch.float64, frozen=frozen)
+    eager, _, eager_grads = norm_attention_run(reference, args, grad_out, frozen=frozen)
     assert rel_err(out, ref) <= max(tol, 2 * rel_err(eager, ref)), f"out {rel_err(out, ref):.2e}"
     for name, s, r in zip(("mean", "rstd", "rrms", "lse", "x"), stats, ref_stats, strict=True):
         assert s.shape == r.shape, name
@@ -82,6 +83,20 @@ def test_merged_backward_matches_float64(activation, monkeypatch):
                                          dtype=torch.float32, seed=21)
     _check_against_float64(args, grad_out, tol=1e-5)
     assert calls == [True]
+
+
+@interpreter
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+def test_backward_without_kv_gradients(activation, monkeypatch):
+    """k and v that need no gradient (keys fed without grad): the dK/dV kernel does not run, dq̂ comes from its
+    own kernel, and dq and the weights' gradients match float64."""
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    dkdv_launches = _record_launch_flag(monkeypatch, "_dkdv_kernel", "WITH_DQ_HAT")
+    dq_hat_launches = _record_launch_flag(monkeypatch, "_dq_hat_kernel", "ACT")
+    args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
+                                         dtype=torch.float32, seed=41)
+    _check_against_float64(args, grad_out, tol=1e-5, frozen=("k", "v"))
+    assert dkdv_launches == [] and len(dq_hat_launches) == 1
 
 
 @interpreter
@@ -331,6 +346,27 @@ def test_block_compiled_runs_the_kernels(monkeypatch):
     out.backward(torch.ones_like(out))
     assert sites[0].rewritten and calls == ["forward", "backward"]
     assert rel_err(out, ref) < 1e-5
+
+
+@interpreter
+def test_block_compiled_without_kv_gradients(monkeypatch):
+    """k and v that need no gradient: the compiled graph's backward asks the kernels for no dK/dV, and q's and
+    the weights' gradients still match eager."""
+    kv_grad_flags = []
+    real = norm_attention.backward
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    monkeypatch.setattr(norm_attention, "backward",
+                        lambda *a, **kw: kv_grad_flags.append(kw.get("kv_grad", True)) or real(*a, **kw))
+    block = NormAttentionBlock(activation="softmax")
+    q, k, v = _block_operands(seed=3)
+    k = k.detach()
+    ref = block(q, k, v)
+    ref_grads = torch.autograd.grad(ref.square().sum(), [q, *block.parameters()])
+    out, sites = _compile_block(block, q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), [q, *block.parameters()])
+    assert sites[0].rewritten and kv_grad_flags == [False]
+    for g, r in zip(grads, ref_grads):
+        assert rel_err(g, r) < 1e-5
 
 
 @pytest.mark.parametrize("activation,variant,reason", [

@@ -512,16 +512,21 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
     return None
 
 
-def default_config(kv_len: int, head_dim: int, kernel: str = "forward") -> tuple[int, int, int, int]:
+def default_config(kv_len: int, head_dim: int, kernel: str = "forward",
+                   residual_in_acc: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
     "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. Measured on the H200 at the reference
     shape (BENCHMARKS.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
     merged kernel's 32 × 128, 8 warps (64 rows spill at D = 128, ptxas) was 0.23–0.29 ms faster than dq̂ + dK/dV.
     A forward holding every key for several row blocks (one K, V load per program) was slower in each of seven
-    configs, 1.05–1.9× (H200, 2026-11-30, benchmarks/results/gpu-2026-11-30e/forward_configs.log): removed."""
+    configs, 1.05–1.9× (H200, 2026-11-30, benchmarks/results/gpu-2026-11-30e/forward_configs.log): removed.
+    The forward with the residual in its accumulator at D = 128 takes 64 × 32 keys: 168 registers, three programs
+    per SM (ptxas), 7 % faster than 64 × 64 without it (ninth session, benchmarks/results/gpu-2026-11-30k)."""
     if kernel == "merged":
         return 32, max(16, triton.next_power_of_2(kv_len)), 8, 2
     block_n = max(16, min(128 if head_dim <= 64 else 64, triton.next_power_of_2(kv_len)))
+    if kernel == "forward" and residual_in_acc and head_dim > 64:
+        block_n = min(block_n, 32)
     return 64, block_n, 4, 2
 
 
@@ -539,15 +544,21 @@ MAX_MERGED_KV = 128
 # column partials (dγ, dβ, dw) to sum. Measured on the H200 at the reference shape (H = 4, max 1024, 2026-11-30,
 # BENCHMARKS.md): 4096 elements, 4 warps, 16 programs per SM beat 8192/8 warps (1.6× slower backward row
 # kernels) and one tile per program (a larger partial sum).
+# The LayerNorm backward alone is faster with 1024-element tiles: 0.456 / 0.460 ms against 0.501 / 0.510
+# (dense 768 × 512 / jagged max 1024, H = 4; ninth session, gpu-2026-11-30k/call1/acc_ab.log); the forward row
+# kernels are slower with them (RMSNorm out 0.334 → 0.376), the RMSNorm backward level.
 ROW_ELEMENTS = 4096
+LN_BACKWARD_ROW_ELEMENTS = 1024
 ROW_WARPS = 4
 ROW_PROGRAMS_PER_SM = 16
 
 
-def _row_launch(num_rows: int, width: int, device: torch.device) -> tuple[tuple[int], dict]:
-    """(grid, launch options) of a row kernel over [num_rows, width]."""
+def _row_launch(num_rows: int, width: int, device: torch.device,
+                elements: Optional[int] = None) -> tuple[tuple[int], dict]:
+    """(grid, launch options) of a row kernel over [num_rows, width], in tiles of about ``elements`` (None:
+    ROW_ELEMENTS)."""
     w_pow2 = triton.next_power_of_2(width)
-    block_r = max(1, min(64, ROW_ELEMENTS // w_pow2))
+    block_r = max(1, min(64, (elements or ROW_ELEMENTS) // w_pow2))
     tiles = triton.cdiv(num_rows, block_r)
     if device.type == "cuda":
         from .norm_gemm import _num_sms
@@ -574,9 +585,11 @@ def _tma_ok(rows: list, kv: list) -> bool:
 
 
 # The forward kernel adds the residual q̂ into its fp32 accumulator (activations other than softmax, whose
-# accumulator is rescaled): fewer registers (see _head_x), one rounding of x instead of eager's two. Not timed on
-# the GPU yet (2026-11-30, eighth session): off until `attention.py --breakdown --residual-in-acc` says it pays.
-RESIDUAL_IN_ACC_BY_DEFAULT = False
+# accumulator is rescaled): fewer registers (see _head_x), one rounding of x instead of eager's two. H200, silu,
+# H = 4, D = 128 (2026-11-30, ninth session, benchmarks/results/gpu-2026-11-30k/call1/acc_ab.log), whole forward:
+# 1.049 / 1.142 ms (dense 768 × 512 / jagged max 1024) with it at 64 × 32 against 1.128 / 1.229 without it at
+# the old default 64 × 64 and 1.095 / 1.200 at the best config without it; its GPU tests passed.
+RESIDUAL_IN_ACC_BY_DEFAULT = True
 
 # The descriptor path is right on the GPU too (test_descriptor_path_matches_pointer_path, 2026-11-30) but its
 # forward measured slower than the pointer path (BENCHMARKS.md): pointers stay the default.
@@ -611,7 +624,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
     lse = torch.empty(T if act == 0 else 0, heads, device=q.device, dtype=torch.float32)
     if T == 0:
         return out, mean, rstd, rrms, lse, x
-    config = config or default_config(kv_len, head_dim)
+    residual_in_acc = act != 0 and RESIDUAL_IN_ACC_BY_DEFAULT
+    config = config or default_config(kv_len, head_dim, "forward", residual_in_acc)
     tma = _use_tma(tma, [q], [k, v])
     row_grid, rows = _row_launch(T, width, q.device)
     _ln_stats_kernel[row_grid](q, mean, rstd, T, q.stride(0), ln_eps, **rows)
@@ -619,7 +633,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
         q, k, v, x, lse, offsets, ln_weight, ln_bias, mean, rstd,
         T, B, q.stride(0), x.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale,
         H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None,
-        RESIDUAL_IN_ACC=act != 0 and RESIDUAL_IN_ACC_BY_DEFAULT, **_launch_options(config, tma))
+        RESIDUAL_IN_ACC=residual_in_acc, **_launch_options(config, tma))
     _rms_out_kernel[row_grid](x, q, out, rrms, rms_weight, T, x.stride(0), q.stride(0), out.stride(0), rms_eps,
                               HAS_RMS_W=rms_weight is not None, **rows)
     return out, mean, rstd, rrms, lse, x
@@ -628,10 +642,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
 def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, heads: int,
              ln_weight: Optional[Tensor], ln_bias: Optional[Tensor], rms_weight: Optional[Tensor], scale: float,
              activation: str, mean: Tensor, rstd: Tensor, rrms: Tensor, lse: Tensor, x: Tensor, dq_config=None,
-             dkdv_config=None, tma: Optional[bool] = None, merged: Optional[bool] = None, merged_config=None):
+             dkdv_config=None, tma: Optional[bool] = None, merged: Optional[bool] = None, merged_config=None,
+             kv_grad: bool = True):
     """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is. ``merged`` (None:
     MERGED_DQ_HAT_BY_DEFAULT): for KV ≤ MAX_MERGED_KV one dK/dV program per (sequence, head) holds every key and
-    computes dq̂ too."""
+    computes dq̂ too. ``kv_grad`` False (k and v need no gradient): dk, dv are None and only the dq̂ kernel runs."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
     head_dim = width // heads
@@ -640,14 +655,15 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
     dq = torch.empty_like(q)  # holds dq̂ until the LayerNorm backward turns it into dq in place
     dx = torch.empty_like(q)
     delta = torch.empty_like(lse)
-    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    dk = torch.empty(k.shape if kv_grad else 0, device=k.device, dtype=k.dtype)
+    dv = torch.empty(v.shape if kv_grad else 0, device=v.device, dtype=v.dtype)
     row_grid, rows = _row_launch(T, width, q.device)
+    ln_grid, ln_rows = _row_launch(T, width, q.device, LN_BACKWARD_ROW_ELEMENTS)
 
-    def partials(weight):  # every row program writes its row
-        return None if weight is None else torch.empty(row_grid[0], width, device=q.device, dtype=torch.float32)
+    def partials(weight, grid):  # every row program writes its row
+        return None if weight is None else torch.empty(grid[0], width, device=q.device, dtype=torch.float32)
 
-    dln_w, dln_b, drms_w = partials(ln_weight), partials(ln_bias), partials(rms_weight)
+    dln_w, dln_b, drms_w = partials(ln_weight, ln_grid), partials(ln_bias, ln_grid), partials(rms_weight, row_grid)
     if T == 0:
         dk.zero_(), dv.zero_()
         for p in (dln_w, dln_b, drms_w):
@@ -666,7 +682,7 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
             merged = MERGED_DQ_HAT_BY_DEFAULT
         common = (q, k, v, dk, dv, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse, T, B, q.stride(0),
                   k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale)
-        if merged and kv_len <= MAX_MERGED_KV:
+        if merged and kv_grad and kv_len <= MAX_MERGED_KV:
             merged_config = merged_config or default_config(kv_len, head_dim, "merged")
             if merged_config[1] < kv_len:  # one program per (sequence, head) must hold every key
                 raise ValueError(f"merged_config {merged_config}: BLOCK_N must be at least kv_len {kv_len}")
@@ -677,13 +693,16 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
                 q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
                 T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act,
                 **flags, **_launch_options(dq_config, tma))
-            _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
-                *common, ACT=act, WITH_DQ_HAT=False, **flags, **_launch_options(dkdv_config, tma))
-        _ln_backward_kernel[row_grid](dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
-                                      T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
-                                      HAS_LN_B=ln_bias is not None, **rows)
+            if kv_grad:
+                _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
+                    *common, ACT=act, WITH_DQ_HAT=False, **flags, **_launch_options(dkdv_config, tma))
+        _ln_backward_kernel[ln_grid](dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
+                                     T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
+                                     HAS_LN_B=ln_bias is not None, **ln_rows)
 
     def finish(part, weight):
         return None if part is None else part.sum(0).to(weight.dtype)
 
+    if not kv_grad:
+        dk = dv = None
     return dq, dk, dv, finish(dln_w, ln_weight), finish(dln_b, ln_bias), finish(drms_w, rms_weight)

@@ -37,11 +37,16 @@ CASES = {
     # the reference work's recommendation block (issue 6's reference shape, dense): LayerNorm → SiLU attention of
     # 512 queries over 128 keys, 4 heads of 128 → residual → RMSNorm → residual
     "recsys_block": dict(family="recsys", hidden=512, heads=4, batch=768, seq=512, kv_len=128),
+    # the same with k and v trained too (recsys_block feeds them without grad: no dK/dV in any compiler's step)
+    "recsys_block_kv_grad": dict(family="recsys", hidden=512, heads=4, batch=768, seq=512, kv_len=128,
+                                 kv_grad=True),
 }
+DEFAULT_CASES = ("llama_layer", "bert_base_layer", "recsys_block")  # issue 7's three; others by --cases
 SMOKE = {
     "llama_layer": dict(family="llama", hidden=64, layers=1, batch=2, seq=32, config={}),
     "bert_base_layer": dict(family="bert", hidden=64, layers=1, batch=2, seq=32, config={}),
     "recsys_block": dict(family="recsys", hidden=64, heads=2, batch=2, seq=32, kv_len=8),
+    "recsys_block_kv_grad": dict(family="recsys", hidden=64, heads=2, batch=2, seq=32, kv_len=8, kv_grad=True),
 }
 
 
@@ -114,7 +119,7 @@ def build_case(spec: dict, train: bool, device: str, dtype: torch.dtype) -> tupl
         if train:
             model = LossInside(model)
         inputs = {name: torch.randn(spec["batch"], length, spec["hidden"], device=device, dtype=dtype,
-                                    requires_grad=train and name == "q")
+                                    requires_grad=train and (name == "q" or spec.get("kv_grad", False)))
                   for name, length in (("q", spec["seq"]), ("k", spec["kv_len"]), ("v", spec["kv_len"]))}
     else:
         model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=spec["layers"], **spec["config"])
@@ -180,7 +185,7 @@ def main() -> int:
           "tokens/s norm_fusion | sites fused | err (norm_fusion vs eager) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     rows = []
-    for name in args.cases or list(cases):
+    for name in args.cases or DEFAULT_CASES:
         for train in [mode == "train" for mode in args.modes]:
             row = run_case(name, cases[name], train, args)
             rows.append(row)

@@ -229,6 +229,19 @@ def test_inference_attention_site_won_on_the_bound_needs_no_child(attention_meas
     assert choice.fused and "lower bound" in choice.reason and child["sites"] == []
 
 
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_inference_attention_site_counts_the_op_host_time(attention_measured, monkeypatch, cudagraphs):
+    """The op launches its kernels from Python: a site whose host time per call exceeds the bound is not won on
+    the bound without CUDA graphs (GPU 1.12 ms, host 2.0 ms ≥ 1.37 + 2.5 · 0.19), and is with them."""
+    bound, child, config = attention_measured
+    bound["host_ms"] = 2.0
+    child.update(fused_ms=2.0, compiled_ms=2.1)  # the child's wall times: under the margin
+    monkeypatch.setattr(torch._inductor.config.triton, "cudagraphs", cudagraphs)
+    choice = selection.choose_attention(ATTENTION_SITE, config)
+    assert choice.fused == cudagraphs
+    assert ("host time per call" in choice.reason) != cudagraphs
+
+
 def test_inference_attention_site_lost_on_the_bound_asks_the_compiled_block(attention_measured):
     bound, child, config = attention_measured
     bound["fused_ms"] = 1.6  # 1.6 · 1.25 ≥ 1.37 + 2.5 · 0.19

@@ -334,12 +334,12 @@ def _norm_attention(na):
         scale = D ** -0.5
         out, *saved = na.forward(q, k, v, offsets, T // B, H, *weights, scale, act, 1e-5, 1e-6, tma=tma)
         na.backward(grad_out, q, k, v, offsets, T // B, H, *weights, scale, act, *saved, tma=tma)
-        if act == "silu":  # the residual in the forward's accumulator (off by default until timed)
-            na.RESIDUAL_IN_ACC_BY_DEFAULT = True
+        if act == "silu":  # the forward without the residual in its accumulator (on by default)
+            na.RESIDUAL_IN_ACC_BY_DEFAULT = False
             try:
                 na.forward(q, k, v, offsets, T // B, H, *weights, scale, act, 1e-5, 1e-6, tma=tma)
             finally:
-                na.RESIDUAL_IN_ACC_BY_DEFAULT = False
+                na.RESIDUAL_IN_ACC_BY_DEFAULT = True
         if act in ("softmax", "silu"):  # the merged dq̂ + dK/dV kernel: every key in one block (KV ≤ 128)
             short_k, short_v = _empty(B, 128, W), _empty(B, 128, W)
             na.backward(grad_out, q, short_k, short_v, offsets, T // B, H, *weights, scale, act, *saved, tma=tma,

@@ -21,7 +21,14 @@ def main():
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--cached-launch", action="store_true",
+                   help="launch through kernels.launch.cached_launch (norm_attention.CACHED_LAUNCH_BY_DEFAULT)")
     args = p.parse_args()
+    if args.cached_launch:
+        from norm_fusion_inductor.kernels import norm_attention
+
+        norm_attention.CACHED_LAUNCH_BY_DEFAULT = True
+        print("cached launches", flush=True)
     for act in ("softmax", "silu"):
         q, k, v, offsets, weights = attention._operands(768, args.max_len, args.heads, 128, 128)
         scale = 128 ** -0.5 if act == "softmax" else 1.0 / 128

@@ -11,6 +11,7 @@
 #   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
 #   bash benchmarks/validate_gpu.sh recsys   # the recommendation block: attention GPU tests, breakdowns, e2e, dq̂ configs (~8 min?)
+#   bash benchmarks/validate_gpu.sh launch   # FlashNormAttention's cached launches: GPU tests, host time A/B  (~2 min)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
@@ -138,6 +139,15 @@ recsys)  # issue 7's recommendation block: its kernels' GPU tests, per-kernel ti
         | grep -v Warning | tail -20 | tee "$OUT/e2e_recsys.log"
     timeout 120 python3 benchmarks/attention.py --configs --frozen-kv --heads 4 --activations silu --dense \
         --max-lens 512 2>&1 | grep -E "config|Error" | tee "$OUT/configs_frozen_kv.log"
+    ;;
+launch)  # FlashNormAttention through the cached launcher (CACHED_LAUNCH_BY_DEFAULT): right? less host time? (~2 min)
+    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py tests/test_gpu.py \
+        -k "cached_launches or repeated_launches" -q -p no:warnings --show-capture=no --tb=short 2>&1 \
+        | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/launch_tests.log"
+    for flag in "" "--cached-launch" "" "--cached-launch"; do
+        (cd benchmarks && timeout 60 python3 attention_host.py --heads 2 --max-len 512 $flag 2>&1) \
+            | grep -E "cached|host|Error" | tee -a "$OUT/attention_host.log"
+    done
     ;;
 merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \

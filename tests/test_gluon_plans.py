@@ -7,7 +7,7 @@ import pytest
 import torch
 import triton
 
-from norm_fusion_inductor.kernels import norm_gemm, norm_gemm_gluon
+from norm_fusion_inductor.kernels import launch, norm_gemm, norm_gemm_gluon
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ class _FakeKernel:
 def fake_cuda_launch(monkeypatch):
     import contextlib
 
-    monkeypatch.setattr(norm_gemm_gluon, "_LAUNCHERS", {})
+    monkeypatch.setattr(launch, "LAUNCHERS", {})
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
@@ -114,6 +114,18 @@ def test_repeated_launch_skips_the_jit_until_the_specialization_changes(fake_cud
     assert launch(buf, n=48)[0] == "jit"  # another integer value
     assert launch(buf.float())[0] == "jit"  # another dtype
     assert launch(buf, n=48)[0] == "compiled"
+
+
+def test_cached_launch_keys_apart_kernels_and_what_the_grid_depends_on(fake_cuda_launch):
+    """Two kernels with the same arguments and meta, or one launch whose grid depends on something outside its
+    arguments (``key_extra``: FlashNormAttention's grid follows the longest sequence), never share a launcher."""
+    first, second, buf = _FakeKernel(), _FakeKernel(), torch.zeros(64, dtype=torch.float16)
+    meta = dict(BLOCK=64, num_warps=4)
+    for kernel, grid in ((first, (8, 1, 1)), (second, (8, 1, 1)), (first, (8, 1, 1)), (first, (9, 1, 1))):
+        launch.cached_launch(kernel, lambda grid=grid: grid, (buf, 32, 1e-6), meta, fake_cuda_launch,
+                             key_extra=grid)
+    assert [entry[:2] for entry in first.log] == [("jit", (8, 1, 1)), ("compiled", (8, 1, 1)), ("jit", (9, 1, 1))]
+    assert [entry[0] for entry in second.log] == ["jit"]
 
 
 def test_through_op_routes_eager_launches_through_the_thin_op(monkeypatch):

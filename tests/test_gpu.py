@@ -45,12 +45,12 @@ def test_kernel_matches_float64(dtype, M, K, N, gamma, bias, prologue):
 
 @pytest.mark.parametrize("prologue", ["gluon_in_loop", "gluon_pre_pass"])
 def test_gluon_repeated_launches_read_their_own_operands(prologue):
-    """After the first launch the compiled Gluon kernel is called directly (norm_gemm_gluon._cached_launch):
-    every call must still read its own operands and write its own poisoned outputs."""
-    from norm_fusion_inductor.kernels import norm_gemm_gluon
+    """After the first launch the compiled Gluon kernel is called directly (kernels.launch.cached_launch): every
+    call must still read its own operands and write its own poisoned outputs."""
+    from norm_fusion_inductor.kernels import launch, norm_gemm_gluon
 
     cfg = norm_gemm_gluon.CONFIGS[0]
-    norm_gemm_gluon._LAUNCHERS.clear()
+    launch.LAUNCHERS.clear()
     for _ in range(3):
         x = torch.randn(1000, 768, device="cuda", dtype=torch.bfloat16) * 3 + 0.5
         g = (torch.rand(768, device="cuda") + 0.5).bfloat16()
@@ -59,7 +59,7 @@ def test_gluon_repeated_launches_read_their_own_operands(prologue):
         out, rstd = norm_gemm.rms_norm_matmul(x, g, w, None, 1e-6, plan=(prologue, cfg))
         ref, ref_rstd = rms_linear_reference64(x, g, w, None, 1e-6)
         assert rel_err(out, ref) < TOL[torch.bfloat16] and rel_err(rstd, ref_rstd.flatten()) < 1e-5
-    assert norm_gemm_gluon._LAUNCHERS  # launches 2 and 3 went through the cached launcher
+    assert launch.LAUNCHERS  # launches 2 and 3 went through the cached launcher
 
 
 @pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)

@@ -100,6 +100,35 @@ def test_backward_without_kv_gradients(activation, monkeypatch):
 
 
 @interpreter
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+def test_cached_launches_get_every_constexpr_and_their_grid(activation, monkeypatch):
+    """Through the cached launcher (kernels.launch.cached_launch, GPU only: replaced here by a recorder that runs
+    the kernel) every launch passes each constexpr by name, defaults included, and its grid as part of the key
+    (two jagged batches of the same row count but different longest sequences launch different grids)."""
+    from norm_fusion_inductor.kernels import launch
+
+    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    monkeypatch.setattr(norm_attention, "_cached_launch_on", lambda device: True)
+    launches = []
+
+    def recording(kernel, grid, args, meta, device, key_extra=()):
+        missing = [name for name in kernel.arg_names[len(args):] if name not in meta]
+        launches.append((kernel.fn.__name__, grid(), key_extra, missing))
+        kernel[grid()](*args, **meta)
+
+    monkeypatch.setattr(launch, "cached_launch", recording)
+    for lens in ([5, 0, 70, 20], [40, 15, 20, 20]):  # 95 rows each, longest 70 and 40
+        args, grad_out = norm_attention_case(lens, heads=2, head_dim=16, kv_len=40, activation=activation,
+                                             dtype=torch.float32, seed=51)
+        _check_against_float64(args, grad_out, tol=1e-5)
+    names = {name for name, *_ in launches}
+    assert {"_ln_stats_kernel", "_attention_kernel", "_rms_out_kernel", "_ln_backward_kernel"} <= names
+    assert all(grid == key and not missing for _, grid, key, missing in launches)
+    grids = [grid for name, grid, *_ in launches if name == "_attention_kernel"]
+    assert len(set(grids)) == 2
+
+
+@interpreter
 @pytest.mark.parametrize("activation, dtype, tol", [("silu", torch.float32, 1e-5), ("gelu_tanh", torch.float16, 2e-3),
                                                     ("softmax", torch.float32, 1e-5)])
 def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, monkeypatch):

@@ -46,12 +46,16 @@ Backward, from q, k, v, x and the saved mean, rstd, rrms (and the log-sum-exp fo
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from . import launch
 
 ACTIVATIONS = {"softmax": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 MAX_ELEMENTS = 2**31  # element offsets are int32 in the kernels
@@ -569,6 +573,35 @@ def _row_launch(num_rows: int, width: int, device: torch.device,
     return (max(programs, 1),), dict(W=width, W_POW2=w_pow2, BLOCK_R=block_r, num_warps=ROW_WARPS)
 
 
+# Launch through launch.cached_launch: after a launch key's first call the compiled kernel's launcher is called
+# directly, without the JIT's per-call argument binding (~65 µs per launch on the H200 host for the Gluon kernels;
+# this op launches 7 per forward + backward and measured host-bound at 1.3 ms per call at H = 2, max 512 jagged
+# rows, ninth session). Off until timed on the GPU (`attention_host.py --cached-launch`) and its GPU test passed.
+CACHED_LAUNCH_BY_DEFAULT = False
+
+
+def _cached_launch_on(device: torch.device) -> bool:
+    return CACHED_LAUNCH_BY_DEFAULT and device.type == "cuda"
+
+
+def _launch(kernel, grid: tuple, *args, **meta) -> None:
+    """kernel[grid](*args, **meta): runtime arguments positional, constexprs and launch options by keyword."""
+    device = args[0].device
+    if not _cached_launch_on(device):
+        kernel[grid](*args, **meta)
+        return
+    for name, default in _defaults(kernel.fn):  # the cached launcher passes every constexpr, defaults included
+        meta.setdefault(name, default)
+    launch.cached_launch(kernel, lambda: grid, args, meta, device, key_extra=grid)
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(fn) -> tuple:
+    """(name, default) of each parameter of a kernel's Python function that has a default."""
+    return tuple((name, p.default) for name, p in inspect.signature(fn).parameters.items()
+                 if p.default is not inspect.Parameter.empty)
+
+
 def _launch_options(config, tma: bool):
     block_m, block_n, warps, stages = config
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma)
@@ -628,14 +661,14 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
     config = config or default_config(kv_len, head_dim, "forward", residual_in_acc)
     tma = _use_tma(tma, [q], [k, v])
     row_grid, rows = _row_launch(T, width, q.device)
-    _ln_stats_kernel[row_grid](q, mean, rstd, T, q.stride(0), ln_eps, **rows)
-    _attention_kernel[(triton.cdiv(max_len, config[0]), B, heads)](
-        q, k, v, x, lse, offsets, ln_weight, ln_bias, mean, rstd,
-        T, B, q.stride(0), x.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale,
-        H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None,
-        RESIDUAL_IN_ACC=residual_in_acc, **_launch_options(config, tma))
-    _rms_out_kernel[row_grid](x, q, out, rrms, rms_weight, T, x.stride(0), q.stride(0), out.stride(0), rms_eps,
-                              HAS_RMS_W=rms_weight is not None, **rows)
+    _launch(_ln_stats_kernel, row_grid, q, mean, rstd, T, q.stride(0), ln_eps, **rows)
+    _launch(_attention_kernel, (triton.cdiv(max_len, config[0]), B, heads),
+            q, k, v, x, lse, offsets, ln_weight, ln_bias, mean, rstd,
+            T, B, q.stride(0), x.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale,
+            H=heads, D=head_dim, ACT=act, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None,
+            RESIDUAL_IN_ACC=residual_in_acc, **_launch_options(config, tma))
+    _launch(_rms_out_kernel, row_grid, x, q, out, rrms, rms_weight, T, x.stride(0), q.stride(0), out.stride(0),
+            rms_eps, HAS_RMS_W=rms_weight is not None, **rows)
     return out, mean, rstd, rrms, lse, x
 
 
@@ -674,10 +707,10 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
         dkdv_config = dkdv_config or default_config(kv_len, head_dim, "dkdv")
         tma = _use_tma(tma, [q, grad_out, dx], [k, v])
         flags = dict(H=heads, D=head_dim, HAS_LN_W=ln_weight is not None, HAS_LN_B=ln_bias is not None)
-        _rms_backward_kernel[row_grid](
-            grad_out, x, q, dx, delta, drms_w, rrms, mean, rstd, ln_weight, ln_bias, rms_weight,
-            T, grad_out.stride(0), x.stride(0), q.stride(0), ACT=act, HAS_RMS_W=rms_weight is not None, **flags,
-            **rows)
+        _launch(_rms_backward_kernel, row_grid,
+                grad_out, x, q, dx, delta, drms_w, rrms, mean, rstd, ln_weight, ln_bias, rms_weight,
+                T, grad_out.stride(0), x.stride(0), q.stride(0), ACT=act, HAS_RMS_W=rms_weight is not None,
+                **flags, **rows)
         if merged is None:
             merged = MERGED_DQ_HAT_BY_DEFAULT
         common = (q, k, v, dk, dv, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse, T, B, q.stride(0),
@@ -686,19 +719,19 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
             merged_config = merged_config or default_config(kv_len, head_dim, "merged")
             if merged_config[1] < kv_len:  # one program per (sequence, head) must hold every key
                 raise ValueError(f"merged_config {merged_config}: BLOCK_N must be at least kv_len {kv_len}")
-            _dkdv_kernel[(1, B * heads)](*common, ACT=act, WITH_DQ_HAT=True, **flags,
-                                         **_launch_options(merged_config, tma))
+            _launch(_dkdv_kernel, (1, B * heads), *common, ACT=act, WITH_DQ_HAT=True, **flags,
+                    **_launch_options(merged_config, tma))
         else:
-            _dq_hat_kernel[(triton.cdiv(max_len, dq_config[0]), B, heads)](
-                q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
-                T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act,
-                **flags, **_launch_options(dq_config, tma))
+            _launch(_dq_hat_kernel, (triton.cdiv(max_len, dq_config[0]), B, heads),
+                    q, k, v, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse,
+                    T, B, q.stride(0), k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale, ACT=act,
+                    **flags, **_launch_options(dq_config, tma))
             if kv_grad:
-                _dkdv_kernel[(triton.cdiv(kv_len, dkdv_config[1]), B * heads)](
-                    *common, ACT=act, WITH_DQ_HAT=False, **flags, **_launch_options(dkdv_config, tma))
-        _ln_backward_kernel[ln_grid](dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
-                                     T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
-                                     HAS_LN_B=ln_bias is not None, **ln_rows)
+                _launch(_dkdv_kernel, (triton.cdiv(kv_len, dkdv_config[1]), B * heads),
+                        *common, ACT=act, WITH_DQ_HAT=False, **flags, **_launch_options(dkdv_config, tma))
+        _launch(_ln_backward_kernel, ln_grid, dq, q, grad_out, mean, rstd, ln_weight, dln_w, dln_b,
+                T, q.stride(0), grad_out.stride(0), HAS_LN_W=ln_weight is not None,
+                HAS_LN_B=ln_bias is not None, **ln_rows)
 
     def finish(part, weight):
         return None if part is None else part.sum(0).to(weight.dtype)

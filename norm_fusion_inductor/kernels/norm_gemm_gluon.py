@@ -51,7 +51,7 @@ Launch: the TMA descriptors are made on the device (made on the host they cost ~
 emit a Gluon kernel into its generated code, so when the pass traces a plan into the graph the launch becomes a
 thin op (``norm_fusion::gluon_norm_gemm``, declared without custom_op's Python autograd layers) and the weight
 preparation (W·γ, u, v) stays in the graph as aten ops for Inductor to compile. A repeated launch calls the
-compiled kernel directly, skipping the JIT's argument binding (``_cached_launch``). The selection counts the
+compiled kernel directly, skipping the JIT's argument binding (``launch.cached_launch``). The selection counts the
 remaining host time (selection._with_host_cost).
 
 Measured on the H200 (BENCHMARKS.md, 2026-11-30): the in-loop prologue costs 1–14 % over this mainloop's plain
@@ -68,6 +68,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
+
+from .launch import cached_launch as _cached_launch
 
 NO_STATS, RMS_STATS, LN_STATS = 0, 1, 2
 
@@ -734,47 +736,3 @@ _LIB.impl("gluon_norm_gemm", _launch_kernel, "CUDA")
 @torch.library.register_fake("norm_fusion::gluon_norm_gemm", lib=_LIB)
 def _(*args) -> None:
     return None
-
-
-# launchers by everything Triton specializes a launch on: a repeated launch skips the JIT's argument binding,
-# cache lookup and launch metadata and calls the compiled kernel's launcher directly (the JIT path cost ~65 µs
-# per call on the H200 host, 2026-11-30)
-_LAUNCHERS: dict = {}
-
-
-def _cached_launch(kernel, grid, args, meta, device):
-    """kernel[grid()](*args, **meta), the compiled kernel's launcher cached per launch key: what the JIT
-    specializes on (dtypes, each pointer's 16-byte alignment, integer arguments: exact values here) and the
-    constexprs; float arguments are not specialized. ``grid()`` is evaluated when the key is new."""
-    key = (device.index, tuple(meta.values()),
-           tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
-                 (a if isinstance(a, int) else type(a)) for a in args))
-    launch = _LAUNCHERS.get(key)
-    if launch is not None and device.index == torch.cuda.current_device():  # a kernel's handle is per device
-        launch(args)
-        return
-    with torch.cuda.device(device):
-        compiled = kernel[grid()](*args, **meta)
-    if len(_LAUNCHERS) > 4096:  # eager callers with ever new shapes: the JIT keeps its own cache anyway
-        _LAUNCHERS.clear()
-    # the compiled kernel takes every parameter in signature order: the arguments, then the constexprs
-    constexprs = tuple(meta[name] for name in kernel.arg_names[len(args):])
-    _LAUNCHERS[key] = _direct_launcher(compiled.result() if hasattr(compiled, "result") else compiled, grid(),
-                                       constexprs, device.index)
-
-
-def _direct_launcher(compiled, grid, constexprs, device_index):
-    hooks = triton.knobs.runtime
-
-    def hooked(hook):  # Triton 3.6 keeps launch hooks in a (usually empty) chain
-        return bool(getattr(hook, "calls", hook))
-
-    def launch(args):
-        stream = torch._C._cuda_getCurrentRawStream(device_index)
-        if hooked(hooks.launch_enter_hook) or hooked(hooks.launch_exit_hook):  # a profiler listens: Triton's path
-            compiled[grid](*args, *constexprs, stream=stream)
-        else:
-            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
-                         *constexprs)
-
-    return launch

@@ -388,9 +388,11 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     """As ``choose``, for the norm → attention → norm block. Inference: the fused forward against a lower bound of
     the unfused block, the attention alone (SDPA, or the two batched matmuls of the generalized form without its
     activation) plus 2.5 copies of q for the norms' bytes (the LayerNorm reads q and writes q̂; the RMSNorm reads
-    x and q, writes out), all timed as CUDA-graph replays. Where the fused op does not beat that bound, and for
-    every training site, the block compiled by torch.compile is timed against the fused op in a child process
-    (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its neighbours' fusion). In
+    x and q, writes out), all timed as CUDA-graph replays; the fused op counts max(GPU, host) time per call unless
+    the graph runs under CUDA graphs (it launches its kernels from Python). Where the fused op does not beat that
+    bound, and for every training site, the block compiled by torch.compile is timed against the fused op in a
+    child process (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its
+    neighbours' fusion). In
     training the bound's attention term runs eager autograd and bounds nothing (recommendation block, 2026-11-30:
     the bound read 3.99 ms, the compiled block 3.88)."""
     kernel_reason = _attention_kernel_reason(site)

@@ -45,6 +45,20 @@ def qk_norm_attention_reference(q, k, v, q_weight, k_weight, cos, sin, q_eps, k_
     return F.scaled_dot_product_attention(q_hat, k_hat, v, is_causal=causal, scale=scale)
 
 
+def site_operands(batch, q_len, kv_len, heads, kv_heads, head_dim, rope, device, dtype, requires_grad=False):
+    """Random operands of a QK-norm site as its graph holds them: q [B, Hq, L, D] and k, v [B, Hk, S, D] (heads
+    split by view + transpose), the two norm weights near 1, cos and sin [1, L, D] or None."""
+    q = torch.randn(batch, q_len, heads, head_dim, device=device, dtype=dtype).transpose(1, 2)
+    k, v = (torch.randn(batch, kv_len, kv_heads, head_dim, device=device, dtype=dtype).transpose(1, 2)
+            for _ in range(2))
+    wq, wk = ((1 + 0.1 * torch.randn(head_dim, device=device)).to(dtype) for _ in range(2))
+    cos = sin = None
+    if rope:
+        angles = torch.rand(1, q_len, head_dim, device=device)
+        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    return (*(t.requires_grad_(requires_grad) for t in (q, k, v, wq, wk)), cos, sin)
+
+
 def _kernel_reason(q, k, v, cos) -> Optional[str]:
     return _cpu_reason(q) or kernels.unsupported_reason(q, k, v, cos is not None)
 

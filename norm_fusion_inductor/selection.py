@@ -90,12 +90,12 @@ def _key(site) -> str:
     import triton
 
     if isinstance(site, (AttentionSite, QKNormSite)):
-        if isinstance(site, AttentionSite):  # the child process times the op and the compiled block too
-            from . import attention_ops, measure_block
+        from . import attention_ops, measure_block, qk_norm_ops
 
-            sources = "".join(_kernel_source_hash(m) for m in (norm_attention, attention_ops, measure_block))
-        else:
-            sources = _kernel_source_hash(qk_norm_attention)
+        # the child process times the op and the compiled block too
+        modules = ((norm_attention, attention_ops) if isinstance(site, AttentionSite)
+                   else (qk_norm_attention, qk_norm_ops))
+        sources = "".join(_kernel_source_hash(m) for m in (*modules, measure_block))
         return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
                                           triton.__version__, sources, MEASUREMENT,
                                           type(site).__name__, *dataclasses.astuple(site)))
@@ -407,6 +407,12 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
         if choice.fused or not choice.reason.startswith("forward"):  # fused, or never measured (policy, operands)
             return choice
         before = f"{choice.reason}; then"
+    return _versus_compiled_block(site, config, before)
+
+
+def _versus_compiled_block(site, config: NormFusionConfig, before: str) -> Choice:
+    """The fused op against the unfused block compiled by torch.compile, timed side by side in a child process
+    (``measure_block``), with ``compiled_min_speedup``; a failed measurement keeps the unfused path."""
     try:
         kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
         t = _cached(site, config, kind, _measure_compiled_block)
@@ -448,7 +454,8 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
         raise RuntimeError(f"{_FAILED[key]} (earlier in this process; not retried)")
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
-    fields["kind"] = "matmul" if isinstance(site, MatmulSite) else "attention"
+    fields["kind"] = ("matmul" if isinstance(site, MatmulSite) else "qk_norm" if isinstance(site, QKNormSite)
+                      else "attention")
     if config is not None:
         fields["cache_dir"] = None if config.cache_dir is None else os.fspath(config.cache_dir)
         fields["launch"] = config.launch
@@ -578,49 +585,42 @@ class QKNormSite:
 
 
 def choose_qk_norm_attention(site: QKNormSite, config: NormFusionConfig) -> Choice:
-    """As ``choose_attention``, for QK-norm. The unfused lower bound is SDPA (its default backend, as the
-    compiled graph calls it) on normalized q, k plus the norms' bytes in copies of q and k: forward 2 (each
-    norm + rotary reads x and writes x̂), backward 3 more."""
+    """As ``choose_attention``, for QK-norm. Inference: the unfused lower bound is SDPA (its default backend, as
+    the compiled graph calls it) on normalized q, k plus the norms' bytes in copies of q and k (each norm + rotary
+    reads x and writes x̂). Training: the block compiled by torch.compile, timed against the fused op in a child
+    process, as for the norm → attention → norm block (the eager-autograd bound bounds nothing there)."""
+    reason = _qk_norm_kernel_reason(site)
+    if site.train:
+        return _attention_policy(site, config, reason) or _versus_compiled_block(site, config, "forward + backward:")
+    return _choose_attention_site(site, config, reason, _measure_qk_norm_attention, 2, "SDPA", "copies of q and k")
+
+
+def _qk_norm_kernel_reason(site: QKNormSite) -> Optional[str]:
+    if site.device.type != "cuda":
+        return None  # _attention_policy gives the device's reason
     B, L, S, HQ, HK, D = site.shape
     fake_q = torch.empty(0, HQ, L, D, dtype=site.dtype, device=site.device)  # shapes and device only
     fake_kv = torch.empty(0, HK, S, D, dtype=site.dtype, device=site.device)
-    reason = qk_norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.rope)
-    return _choose_attention_site(site, config, reason, _measure_qk_norm_attention, 5 if site.train else 2,
-                                  "SDPA", "copies of q and k")
+    return qk_norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.rope)
 
 
 def _measure_qk_norm_attention(site: QKNormSite) -> dict:
-    """Times of the fused op, SDPA alone and a copy of q and k; forward, or forward + backward."""
+    """Forward times of the fused op, SDPA alone and a copy of q and k (inference sites)."""
     from . import qk_norm_ops
 
     dev, dt = site.device, site.dtype
     B, L, S, HQ, HK, D = site.shape
-    q = torch.randn(B, L, HQ, D, device=dev, dtype=dt).transpose(1, 2).requires_grad_(site.train)
-    k, v = (torch.randn(B, S, HK, D, device=dev, dtype=dt).transpose(1, 2).requires_grad_(site.train)
-            for _ in range(2))
-    wq, wk = ((1 + 0.1 * torch.randn(D, device=dev)).to(dt).requires_grad_(site.train) for _ in range(2))
-    cos = sin = None
-    if site.rope:
-        angles = torch.rand(1, L, D, device=dev)
-        cos, sin = angles.cos().to(dt), angles.sin().to(dt)
+    q, k, v, wq, wk, cos, sin = qk_norm_ops.site_operands(B, L, S, HQ, HK, D, site.rope, dev, dt)
     scale = D ** -0.5
 
     def fused():
         return qk_norm_ops.qk_norm_attention_op(q, k, v, wq, wk, cos, sin, 1e-6, 1e-6, scale, site.causal,
-                                                site.train)[0]
+                                                False)[0]
 
     def attention():
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=site.causal, scale=scale,
                                                                 enable_gqa=HQ != HK)
 
-    def with_backward(fn, leaves):
-        if not site.train:
-            return fn
-        grad = torch.randn_like(fn())
-        return lambda: torch.autograd.grad(fn(), leaves, grad)
-
-    qk = torch.cat([q.detach().flatten(), k.detach().flatten()])
+    qk = torch.cat([q.flatten(), k.flatten()])
     y = torch.empty_like(qk)
-    return _time_interleaved({"fused_ms": with_backward(fused, [q, k, v, wq, wk]),
-                              "attention_ms": with_backward(attention, [q, k, v]), "copy_ms": lambda: _copy(y, qk)},
-                             site.train)
+    return _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: _copy(y, qk)}, False)

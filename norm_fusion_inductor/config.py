@@ -41,8 +41,9 @@ class NormFusionConfig:
     #: copy (Inductor's LayerNorm at K = 2048: 0.200 vs 0.131 ms) and the eager LayerNorm entry runs its weight
     #: preparation as separate kernels, so near misses can be real wins. H200 LayerNorm sweep (2026-11-30, eighth
     #: session, BENCHMARKS.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
-    #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Costs a
-    #: child compile (20-60 s) per such site on a cold cache (the choice is cached on disk)
+    #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Also
+    #: asked where a Gluon plan wins with a host time per call above selection.HOST_BOUND_RISK of its GPU time.
+    #: Costs a child compile (20-60 s) per such site on a cold cache (the choice is cached on disk)
     compiled_check: bool = True
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct

@@ -68,6 +68,12 @@ MEASUREMENT = "copy-kernel+gluon-host-through-op+mm-without-bias+attention-host"
 # Inductor launched them (H200, 2026-11-30, BENCHMARKS.md). RMSNorm and post-norm sites have no such gap; for them
 # a wider window only cost child compiles (the Llama layer's three sites: 188 s of cold compile, none fused)
 NEAR_MISS_LAYER_NORM = 1.25
+# with compiled_check, a site won by a Gluon plan whose host time per call (measured for the eager entry through
+# the launch op) exceeds this fraction of its GPU time is confirmed by the compiled graphs too: near that point
+# the estimate missed what the compiled graph's call costs. RMS sweep, H200, 2026-11-30 (tenth session): two such
+# sites (GPU 0.136 / 0.128 ms, host 0.106 / 0.134 ms) ran 0.186 / 0.228 ms compiled, 1.27x / 1.35x the default;
+# the fused sites below the fraction ran 0.52–0.99x (BENCHMARKS.md)
+HOST_BOUND_RISK = 0.5
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -191,6 +197,8 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         if config.compiled_check and fused_ms < unfused_ms * near_miss:  # the real unfused graph decides
             return _compiled_check(site, config, detail)
         return Choice(False, "unfused", detail)
+    if config.compiled_check and _host_bound_risk(t, plan):  # the real fused graph decides
+        return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
     # the spin exchange runs through the op whatever the launch option (patterns.common._direct_launch_rejection)
     through_op = config.launch == "op" or (plan is not None and plan[0] == "spin")
     if through_op and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
@@ -231,9 +239,10 @@ def _with_host_cost(t: dict) -> tuple:
     Inductor's graph), which a small site cannot hide: its time is max(GPU, host) unless CUDA graphs replay the
     launches, and the best plan Inductor launches itself (GPU time) is taken instead where that is faster.
     Measured on the H200 host (BENCHMARKS.md, 2026-11-30): before this rule four LayerNorm sites of 0.06–0.15 ms
-    on the GPU ran 0.20–0.32 ms per call fused; with it they stay unfused. The host estimate, the eager entry
-    launched through the op (0.15–0.33 ms), is conservative: the compiled site adds ~50 µs to the default
-    graph's host time, so a few sites are left unfused that would have won (262144×512×256: 0.69×)."""
+    on the GPU ran 0.20–0.32 ms per call fused; with it they stay unfused. The host estimate is the eager entry
+    launched through the op: conservative for LayerNorm (its entry runs the weight preparation as separate
+    kernels), but not for RMSNorm, whose sites at about 0.13 ms ran host-bound compiled on a busy host (tenth
+    session): with compiled_check such sites go to the child process (HOST_BOUND_RISK)."""
     fused_ms, plan = t["fused_ms"], t.get("plan")
     if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
         return fused_ms, plan, ""
@@ -242,6 +251,13 @@ def _with_host_cost(t: dict) -> tuple:
         return t["direct_ms"], t["direct_plan"], (f" (Triton mainloop; the Gluon plan's {fused_ms:.4f} ms on the "
                                                   f"GPU takes {t['host_ms']:.4f} ms of host time per call)")
     return gluon_ms, plan, f" (Gluon mainloop, GPU {fused_ms:.4f} ms, host {t['host_ms']:.4f} ms per call)"
+
+
+def _host_bound_risk(t: dict, plan) -> bool:
+    """Whether the chosen plan is a Gluon one (launched from Python through its op) whose measured host time is
+    above HOST_BOUND_RISK of its GPU time, without CUDA graphs to replay the launches."""
+    return (plan is not None and str(plan[0]).startswith("gluon_") and "host_ms" in t
+            and t["host_ms"] > HOST_BOUND_RISK * t["fused_ms"] and not torch._inductor.config.triton.cudagraphs)
 
 
 def _host_ms(fn, calls: int = 10, batches: int = 5, sync=None) -> float:

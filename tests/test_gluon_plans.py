@@ -128,6 +128,15 @@ def test_cached_launch_keys_apart_kernels_and_what_the_grid_depends_on(fake_cuda
     assert [entry[0] for entry in second.log] == ["jit"]
 
 
+@pytest.mark.parametrize("grid", [(8,), (8, 2), (8, 2, 3)])
+def test_cached_launch_passes_three_grid_dimensions(fake_cuda_launch, grid):
+    """FlashNormAttention's row kernels launch on 1-D grids: the compiled launcher still needs x, y and z."""
+    kernel, buf = _FakeKernel(), torch.zeros(64, dtype=torch.float16)
+    for _ in range(2):
+        launch.cached_launch(kernel, lambda: grid, (buf, 32, 1e-6), dict(BLOCK=64, num_warps=4), fake_cuda_launch)
+    assert kernel.log[-1][:3] == ("compiled", grid + (1,) * (3 - len(grid)), (buf, 32, 1e-6, 64, 4))
+
+
 def test_through_op_routes_eager_launches_through_the_thin_op(monkeypatch):
     """The selection times a Gluon plan's host cost through the op the compiled graph calls."""
     launched = []

@@ -47,7 +47,7 @@ def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv
 
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
 def test_cached_launches_read_their_own_operands(activation, monkeypatch):
-    """CACHED_LAUNCH_BY_DEFAULT (off until timed): after a launch key's first call the compiled kernels are called
+    """CACHED_LAUNCH_BY_DEFAULT (on since timed): after a launch key's first call the compiled kernels are called
     directly; every call must still read its own operands and write its own poisoned outputs, and a batch of the
     same row count but another longest sequence (another grid) must get its own launch."""
     from norm_fusion_inductor.kernels import launch

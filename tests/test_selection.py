@@ -358,6 +358,28 @@ def test_near_miss_is_decided_by_the_compiled_graphs(compiled_child, compiled_ms
         assert "not measured" in choice.reason and "child process failed" in choice.reason
 
 
+@pytest.mark.parametrize("host_ms, compiled_ms, fused, asked", [
+    (0.106, 0.146, False, True),  # 65536x512x1024 (RMS sweep, H200): the compiled fused graph ran 0.186 ms
+    (0.106, 0.60, True, True),
+    (0.05, 0.146, True, False),  # host time well under the GPU's: the kernel hides it, no child
+])
+def test_gluon_win_near_host_bound_asks_the_child(compiled_child, host_ms, compiled_ms, fused, asked):
+    """A Gluon plan that beats the bound but whose host time per call is above HOST_BOUND_RISK of its GPU time is
+    confirmed by the compiled graphs (the child's fused graph: 0.478 ms here)."""
+    numbers, child, config = compiled_child
+    numbers.update(fused_ms=0.136, mm_ms=0.122, copy_ms=0.0335, host_ms=host_ms,
+                   plan=["gluon_in_loop", {"BLOCK_M": 128}])
+    child["compiled_ms"] = compiled_ms
+    site = dataclasses.replace(NEAR_MISS, norm="rms", has_norm_bias=False)
+    choice = selection.choose(site, config)
+    assert choice.fused == fused and len(child["calls"]) == int(asked), choice.reason
+    assert ("host time is close" in choice.reason) == asked
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):  # launches replayed: no host cost, no child
+        selection._MEMORY.clear()
+        assert selection.choose(dataclasses.replace(site, M=65537), config).fused
+    assert len(child["calls"]) == int(asked)
+
+
 def test_slightly_slower_than_the_bound_asks_the_child(compiled_child):
     """A LayerNorm kernel a little slower than the bound (1.06x, within NEAR_MISS_LAYER_NORM) is decided by the
     compiled graphs: the eager LayerNorm entry's separate weight-preparation kernels make it read slow."""

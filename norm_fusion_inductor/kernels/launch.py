@@ -40,6 +40,9 @@ def cached_launch(kernel, grid, args, meta, device, key_extra=()) -> None:
 
 def _direct_launcher(compiled, grid, constexprs, device_index):
     hooks = triton.knobs.runtime
+    # the compiled launcher takes exactly three grid dimensions: a 1-D grid (the row kernels') given as such made it
+    # two arguments short ("function takes exactly 22 arguments (20 given)", H200, 2026-11-30)
+    grid = tuple(grid) + (1,) * (3 - len(grid))
 
     def hooked(hook):  # Triton 3.6 keeps launch hooks in a (usually empty) chain
         return bool(getattr(hook, "calls", hook))

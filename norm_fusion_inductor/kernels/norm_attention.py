@@ -574,10 +574,11 @@ def _row_launch(num_rows: int, width: int, device: torch.device,
 
 
 # Launch through launch.cached_launch: after a launch key's first call the compiled kernel's launcher is called
-# directly, without the JIT's per-call argument binding (~65 µs per launch on the H200 host for the Gluon kernels;
-# this op launches 7 per forward + backward and measured host-bound at 1.3 ms per call at H = 2, max 512 jagged
-# rows, ninth session). Off until timed on the GPU (`attention_host.py --cached-launch`) and its GPU test passed.
-CACHED_LAUNCH_BY_DEFAULT = False
+# directly, without the JIT's per-call argument binding (~65 µs per launch on the H200 host; this op launches up
+# to 7 per forward + backward). H200, H = 2, max 512 jagged rows, forward + backward through autograd
+# (`attention_host.py`, two A/B rounds, 2026-11-30 tenth session): host 1.27–1.54 → 1.01–1.18 ms per call,
+# do_bench 1.29–1.57 → 1.03–1.27 ms; its GPU test passed once 1-D grids were padded to three dimensions.
+CACHED_LAUNCH_BY_DEFAULT = True
 
 
 def _cached_launch_on(device: torch.device) -> bool:

@@ -11,6 +11,7 @@ plan at N = 256.
 
     python benchmarks/gluon_probe.py [--ws] [--w-kn] [--post] [--json F]
     python benchmarks/gluon_probe.py --ws --ln [MxKxN ...]   # LayerNorm vs RMSNorm, kernel vs weight preparation
+    python benchmarks/gluon_probe.py --stats-own-block [--ln ...]  # the checks with STATS_OWN_BLOCK on, and its A/B
 """
 import argparse
 import itertools
@@ -128,7 +129,18 @@ def timing(json_path, configs):
             json.dump(dict(gluon_configs=[cfg for _, cfg in configs], triton_config=tri_cfg, rows=rows), fh, indent=1)
 
 
-def timing_ln(json_path, configs, shapes):
+def _own_block(fn):
+    """fn with the in-loop row sums in a basic block of their own (glu.STATS_OWN_BLOCK_BY_DEFAULT, for the A/B)."""
+    def run():
+        glu.STATS_OWN_BLOCK_BY_DEFAULT = True
+        try:
+            return fn()
+        finally:
+            glu.STATS_OWN_BLOCK_BY_DEFAULT = False
+    return run
+
+
+def timing_ln(json_path, configs, shapes, own_block=False):
     """LayerNorm against RMSNorm on the Gluon mainloop, per config: the eager entry points (which prepare the
     weight every call: W·γ, and for LayerNorm also v = Wβ + b and u = Σ_k W·γ) and the launches alone with the
     weight prepared once, so that the kernel's cost and the preparation's are told apart."""
@@ -165,6 +177,9 @@ def timing_ln(json_path, configs, shapes):
             fns[f"ln{label}_pre_pass_kernel"] = lambda cfg=cfg: glu.launch(
                 x, w_eff, out, cfg, row_scale=True, bias=v, rstd=rstd, mean=mean, u=u, eps=EPS)
             fns[f"plain{label}_kernel"] = lambda cfg=cfg: glu.launch(x, w_eff, out, cfg, bias=bias)
+            if own_block:  # the same launches with the row sums in their own basic block
+                for name in (f"rms{label}_kernel", f"ln{label}_kernel"):
+                    fns[name + "_own_block"] = _own_block(fns[name])
         t = bench(fns, rounds=3, rep=40)
         print(f"\nln {M}x{K}x{N}: cuBLAS (linear with bias) {t['cublas']:.4f}")
         for k, val in t.items():
@@ -311,14 +326,19 @@ def main():
     ap.add_argument("--ws", action="store_true", help="also the warp-specialized kernel's configs (glu.WS_CONFIGS)")
     ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
     ap.add_argument("--post", action="store_true", help="the post-norm epilogue (\"gluon_row\" plans) instead")
+    ap.add_argument("--stats-own-block", action="store_true",
+                    help="check with glu.STATS_OWN_BLOCK_BY_DEFAULT on; with --ln also time the kernels with it")
     ap.add_argument("--ln", nargs="*", metavar="MxKxN",
                     help="time LayerNorm against RMSNorm per config, kernel and weight preparation apart (timing_ln)")
     args = ap.parse_args()
     configs = _configs(args.ws)
     print(torch.cuda.get_device_name(), torch.__version__)
     if args.ln is not None:
-        timing_ln(args.json, configs, [tuple(int(v) for v in s.split("x")) for s in args.ln] or TIME_SHAPES)
+        timing_ln(args.json, configs, [tuple(int(v) for v in s.split("x")) for s in args.ln] or TIME_SHAPES,
+                  args.stats_own_block)
         return
+    if args.stats_own_block:  # the float64 checks below with it on
+        glu.STATS_OWN_BLOCK_BY_DEFAULT = True
     if args.post:
         if not args.no_check:
             check_post(configs)

@@ -12,6 +12,7 @@
 #   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
 #   bash benchmarks/validate_gpu.sh recsys   # the recommendation block: attention GPU tests, breakdowns, e2e, dq̂ configs (~8 min?)
 #   bash benchmarks/validate_gpu.sh launch   # FlashNormAttention's cached launches: GPU tests, host time A/B  (~2 min)
+#   bash benchmarks/validate_gpu.sh statsblock # the in-loop row sums in their own block: float64 checks on, then A/B (~6 min?)
 #   bash benchmarks/validate_gpu.sh merged   # FlashNormAttention: merged dq̂ + dK/dV backward vs default (~4 min?)
 #   bash benchmarks/validate_gpu.sh gluon [-k] ["--ws --w-kn"]  # Gluon GPU tests, float64 check (+ WS / W [K,N]), host cost (~4-8 min?)
 #   bash benchmarks/validate_gpu.sh host     # host time per call of a fused site (Gluon vs Triton)  (~2 min)
@@ -148,6 +149,17 @@ launch)  # FlashNormAttention through the cached launcher (CACHED_LAUNCH_BY_DEFA
         (cd benchmarks && timeout 60 python3 attention_host.py --heads 2 --max-len 512 $flag 2>&1) \
             | grep -E "cached|host|Error" | tee -a "$OUT/attention_host.log"
     done
+    ;;
+statsblock)  # the in-loop row sums in their own basic block (STATS_OWN_BLOCK): float64 checks with it on, then A/B (~6 min?)
+    timeout 150 python3 benchmarks/gluon_probe.py --ws --w-kn --stats-own-block --no-timing 2>&1 \
+        | grep -E "worst|Error|assert" | tee "$OUT/statsblock_check.log"
+    timeout 240 python3 -c "import sys, pytest; from norm_fusion_inductor.kernels import norm_gemm_gluon as g; \
+g.STATS_OWN_BLOCK_BY_DEFAULT = True; sys.exit(pytest.main(['tests/test_gpu.py', '-q', '-p', 'no:warnings', '--tb=short', \
+'-k', 'gluon or layer_norm_kernel_within or kernel_matches_float64']))" > "$OUT/statsblock_tests.log" 2>&1
+    grep -E "passed|failed|Error|assert" "$OUT/statsblock_tests.log" | tail -8
+    timeout 200 python3 benchmarks/gluon_probe.py --ws --stats-own-block --json "$OUT/statsblock.json" \
+        --ln 65536x1024x1024 262144x1024x1024 65536x2048x2048 262144x512x1024 65536x512x2048 262144x256x2048 \
+        2>&1 | tee "$OUT/statsblock.log" | grep -E "^ln|kernel|Error"
     ;;
 merged)  # the merged backward's and the selection's GPU tests, then per-kernel times with and without it
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "policy or merged" -q -p no:warnings \

@@ -197,6 +197,104 @@ def _resources(compiled, label: str) -> None:
     print(f"resources {label}: {' | '.join(lines)}", flush=True)
 
 
+def hgmma_gaps(sass: str) -> list:
+    """Per asynchronous wgmma in ``sass`` (cuobjdump -sass): how many other instructions sit between its first
+    HGMMA and its last (the one that commits the group, ``gsb0``)."""
+    import re
+
+    gaps, inside = [], None
+    for instruction in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass):
+        if "HGMMA" in instruction:
+            inside = inside or 0
+            if "gsb0" in instruction:
+                gaps.append(inside)
+                inside = None
+        elif inside is not None:
+            inside += 1
+    return gaps
+
+
+MAX_HGMMA_GAP = 24  # the plain GEMM's wgmmas: 11-12 (descriptor arithmetic); the row sums interleaved: 100-190
+
+
+def _sass_of(spec) -> str:
+    import tempfile
+
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from norm_fusion_inductor.kernels import norm_gemm_gluon
+
+    kernel = getattr(norm_gemm_gluon, spec["kernel"])
+    src = GluonASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def main_hgmma_gaps() -> int:
+    """The Gluon in-loop kernels (both schedules, RMSNorm and LayerNorm) with the row sums in their own basic
+    block (STATS_OWN_BLOCK): each wgmma's HGMMAs issued back to back, at most MAX_HGMMA_GAP instructions apart.
+    The default build is printed beside them (ptxas interleaves the sums there)."""
+    from norm_fusion_inductor.kernels import norm_gemm, norm_gemm_gluon as ngg
+
+    norm_gemm._num_sms = lambda index: 132
+    M, K, N = 1024, 1024, 1024
+    x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
+    rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
+
+    def in_loop(module):
+        cached_launch = module._cached_launch
+        module._cached_launch = lambda kernel, grid, args, meta, device: kernel[grid()](*args, **meta)
+        try:
+            for cfg in (module.CONFIGS[0], module.WS_CONFIGS[0]):
+                module.launch(x, w, out, cfg, row_stats=module.RMS_STATS, rstd=rstd, eps=1e-6, write_stats=True)
+                module.launch(x, w, out, cfg, row_stats=module.LN_STATS, bias=_empty(N, dtype=torch.float32),
+                              rstd=rstd, mean=mean, u=u, eps=1e-6, write_stats=True)
+        finally:
+            module._cached_launch = cached_launch
+
+    failed = 0
+    for own_block in (False, True):
+        ngg.STATS_OWN_BLOCK_BY_DEFAULT = own_block
+        for launch in _record(ngg, in_loop):
+            spec = _compile_spec(*launch)
+            gaps = hgmma_gaps(_sass_of(spec))
+            bad = own_block and (not gaps or max(gaps) > MAX_HGMMA_GAP)
+            failed += bad
+            print(f"{'FAIL' if bad else 'ok  '} {_label(spec)}: instructions inside each wgmma {gaps}")
+    return 1 if failed else 0
+
+
+@pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
+def test_row_sums_in_their_own_block_leave_the_hgmmas_back_to_back():
+    """norm_gemm_gluon._stats_gate: with STATS_OWN_BLOCK the in-loop row sums no longer sit between a wgmma's
+    HGMMAs in the sm_90 SASS (checked on the cubin the GPU would run)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, __file__, "--hgmma-gaps"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    print(proc.stdout)
+    if proc.returncode != 0:
+        pytest.fail(f"{proc.stdout}\n{proc.stderr[-3000:]}", pytrace=False)
+
+
+def test_hgmma_gaps_reads_cuobjdump_output():
+    sass = """
+        /*2d90*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24 ;   /* 0x0 */
+        /*2da0*/                   FFMA R1, R2, R3, R4 ;                             /* 0x0 */
+        /*2db0*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24, gsb0 ;   /* 0x0 */
+        /*2dc0*/                   FADD R1, R2, R3 ;                                 /* 0x0 */
+        /*2dd0*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24, gsb0 ;   /* 0x0 */
+    """
+    assert hgmma_gaps(sass) == [1, 0]
+
+
 def _innermost(e: BaseException) -> str:
     """A compile error's cause and where in the source: Triton nests the cause under one CompilationError per
     @jit call level; the innermost one shows the line."""
@@ -414,4 +512,4 @@ def main(name: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main_hgmma_gaps() if sys.argv[1] == "--hgmma-gaps" else main(sys.argv[1]))

@@ -172,16 +172,16 @@ def _w_operand(w_tile, W_KN: gl.constexpr):
 
 
 @gluon.jit
-def _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs, w_bufs, NUM_BUFFERS: gl.constexpr,
-               ROW_STATS: gl.constexpr, stats_layout: gl.constexpr, W_KN: gl.constexpr):
+def _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, stats_gate, bars, x_bufs, w_bufs,
+               NUM_BUFFERS: gl.constexpr, ROW_STATS: gl.constexpr, stats_layout: gl.constexpr, W_KN: gl.constexpr):
     """Wait for a stage, retire the previous wgmma (its stage becomes free), issue this one asynchronously, and
-    meanwhile add the x tile's row statistics from the same shared memory."""
+    meanwhile add the x tile's row statistics from the same shared memory (``_stats_gate``)."""
     stage = consumer % NUM_BUFFERS
     mbarrier.wait(bars.index(stage), (consumer // NUM_BUFFERS) & 1)
     acc = warpgroup_mma_wait(0, (acc, ))
     x_tile = x_bufs.index(stage)
     acc = warpgroup_mma(x_tile, _w_operand(w_bufs.index(stage), W_KN), acc, use_acc=use_acc, is_async=True)
-    sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout)
+    sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout, stats_gate)
     return consumer + 1, acc, sum_a, sum_b
 
 
@@ -201,16 +201,32 @@ def _tile_stats_init(x_ptr, off_m, M, stride_xm, ROW_STATS: gl.constexpr, BLOCK_
 
 
 @gluon.jit
-def _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS: gl.constexpr, stats_layout: gl.constexpr):
+def _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS: gl.constexpr, stats_layout: gl.constexpr, gate):
     """One K step's row sums, read from the x tile in shared memory: RMS Σx² (sum_b); LayerNorm Σ(x − s) (sum_a)
-    and Σ(x − s)² (sum_b)."""
+    and Σ(x − s)² (sum_b). ``gate``: see _stats_gate."""
     if ROW_STATS != 0:
-        x = x_tile.load(stats_layout).to(gl.float32)
-        if ROW_STATS == 2:
-            x = x - shift[:, None]
-            sum_a += gl.sum(x, axis=1)
-        sum_b += gl.sum(x * x, axis=1)
+        if gate:
+            x = x_tile.load(stats_layout).to(gl.float32)
+            if ROW_STATS == 2:
+                x = x - shift[:, None]
+                sum_a += gl.sum(x, axis=1)
+            sum_b += gl.sum(x * x, axis=1)
     return sum_a, sum_b
+
+
+@gluon.jit
+def _stats_gate(inv_k, STATS_OWN_BLOCK: gl.constexpr):
+    """The condition the row sums run under: constexpr True, or with STATS_OWN_BLOCK a runtime value that is always
+    true (inv_k = 1/K > 0). Why: ptxas fills the gaps between the four k16 HGMMAs of a BLOCK_K = 64 wgmma with the
+    row sums' instructions (offline SASS, sm_90: ~95 of them between the first and the second HGMMA for RMSNorm,
+    ~150 for LayerNorm), so the later HGMMAs are issued only after them and the tensor cores may wait. Behind a
+    branch the sums are a basic block of their own, after the four HGMMAs, which are then issued back to back as
+    in the plain GEMM (tests/test_sm90_compile.py checks it)."""
+    if STATS_OWN_BLOCK:
+        gate = inv_k > 0.0
+    else:
+        gate = gl.constexpr(True)
+    return gate
 
 
 @gluon.jit
@@ -349,7 +365,8 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
                            W_KN: gl.constexpr,  # w stored [K, N] (x @ w), else [N, K] (x @ wᵀ)
                            POST_NORM: gl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the output rows (N ≤ BLOCK_N)
                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                           GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
+                           GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, num_warps: gl.constexpr,
+                           STATS_OWN_BLOCK: gl.constexpr = False):  # the row sums in a basic block of their own
     x_desc, w_desc, out_desc = _descriptors(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_w, stride_om,
                                             BLOCK_M, BLOCK_N, BLOCK_K, W_KN)
     gl.static_assert(BLOCK_M == 16 * num_warps, "one wgmma row slab per warp")
@@ -358,6 +375,7 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
     stats_layout: gl.constexpr = _stats_layout(BLOCK_K, num_warps)
     inv_k = inv_k.to(gl.float32)
     eps = eps.to(gl.float32)
+    stats_gate = _stats_gate(inv_k, STATS_OWN_BLOCK)
 
     x_bufs, w_bufs, out_smem = _stage_buffers(x_desc, w_desc, out_desc, NUM_BUFFERS)
     bars = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
@@ -384,14 +402,14 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
     for t in range(my_tiles):
         vectors = _epilogue_vectors(off_m, off_n, M, N, bias_ptr, u_ptr, rstd_ptr, mean_ptr, ROW_SCALE, CENTER,
                                     HAS_BIAS, BLOCK_M, BLOCK_N, num_warps)
-        consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs, w_bufs,
-                                                 NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
+        consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, stats_gate, bars,
+                                                 x_bufs, w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         use_acc = gl.to_tensor(True)
         for ki in range(NUM_BUFFERS - 1, k_tiles):
             producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, ki * BLOCK_K, bars, x_bufs, w_bufs,
                                    NUM_BUFFERS, W_KN)
-            consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs,
-                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
+            consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, stats_gate, bars,
+                                                     x_bufs, w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         # the next tile's fill, interleaved with this tile's last wgmmas
         tile_m = off_m
         tile_n = off_n
@@ -403,8 +421,8 @@ def norm_gemm_gluon_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_ptr, 
         for ki in gl.static_range(NUM_BUFFERS - 2):
             producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, ki * BLOCK_K, bars, x_bufs, w_bufs,
                                    NUM_BUFFERS, W_KN, has_next)
-            consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, bars, x_bufs,
-                                                     w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
+            consumer, acc, sum_a, sum_b = _mma_stage(consumer, acc, use_acc, sum_a, sum_b, shift, stats_gate, bars,
+                                                     x_bufs, w_bufs, NUM_BUFFERS, ROW_STATS, stats_layout, W_KN)
         producer = _load_stage(producer, x_desc, w_desc, off_m, off_n, (NUM_BUFFERS - 2) * BLOCK_K, bars, x_bufs,
                                w_bufs, NUM_BUFFERS, W_KN, has_next)
         acc = warpgroup_mma_wait(0, (acc, ))
@@ -449,7 +467,8 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
                  K, stride_xm, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
                  ROW_STATS: gl.constexpr, ROW_SCALE: gl.constexpr, CENTER: gl.constexpr, HAS_BIAS: gl.constexpr,
                  WRITE_STATS: gl.constexpr, GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr,
-                 num_warps: gl.constexpr, W_KN: gl.constexpr, POST_NORM: gl.constexpr):
+                 num_warps: gl.constexpr, W_KN: gl.constexpr, POST_NORM: gl.constexpr,
+                 STATS_OWN_BLOCK: gl.constexpr):
     """The warp-specialized kernel's consumer (the default partition, num_warps warps): per K step wait "ready",
     issue the wgmma asynchronously, add the row sums from the same x tile, retire the previous wgmma and release
     its stage; after the tile's last K step retire the last wgmma, release its stage, run the epilogue."""
@@ -457,6 +476,7 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
     BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     BLOCK_K: gl.constexpr = x_bufs.type.shape[2]
     stats_layout: gl.constexpr = _stats_layout(BLOCK_K, num_warps)
+    stats_gate = _stats_gate(inv_k, STATS_OWN_BLOCK)
     num_pid_m, num_pid_n, start, stride, my_tiles = _tile_walk(M, N, BLOCK_M, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=_mma_layout(BLOCK_N, num_warps))
@@ -474,7 +494,7 @@ def _ws_consumer(x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_p
             mbarrier.wait(ready.index(stage), (c // NUM_BUFFERS) & 1)
             x_tile = x_bufs.index(stage)
             acc = warpgroup_mma(x_tile, _w_operand(w_bufs.index(stage), W_KN), acc, use_acc=ki > 0, is_async=True)
-            sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout)
+            sum_a, sum_b = _add_row_stats(x_tile, sum_a, sum_b, shift, ROW_STATS, stats_layout, stats_gate)
             acc = warpgroup_mma_wait(1, (acc, ))  # the previous wgmma has retired: its stage (c − 1) is free
             mbarrier.arrive(empty.index((c + NUM_BUFFERS - 1) % NUM_BUFFERS), pred=ki > 0)
             c += 1
@@ -501,7 +521,7 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
                               POST_NORM: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               GROUP_M: gl.constexpr, NUM_BUFFERS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                              num_warps: gl.constexpr):
+                              num_warps: gl.constexpr, STATS_OWN_BLOCK: gl.constexpr = False):
     """norm_gemm_gluon_kernel's math and epilogue on a warp-specialized ("cooperative") schedule, as in
     CUTLASS's sm90 warp-specialized kernels (the probe of commit 63b7537 measured it on the H200: its in-loop
     RMS 1–8 % faster than norm_gemm_gluon_kernel's, the plain GEMM about equal).
@@ -554,7 +574,7 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
         (_ws_consumer, (x_ptr, x_bufs, w_bufs, ready, empty, out_desc, out_smem, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
                         M, N, K, stride_xm, inv_k, eps, res_ptr, gamma_ptr, beta_ptr, z_ptr, res_out_ptr, stride_om,
                         ROW_STATS, ROW_SCALE, CENTER, HAS_BIAS, WRITE_STATS, GROUP_M, NUM_BUFFERS, num_warps, W_KN,
-                        POST_NORM)),
+                        POST_NORM, STATS_OWN_BLOCK)),
         (_ws_producer, (x_desc, w_desc, x_bufs, w_bufs, ready, empty, M, N, K, ROW_STATS, GROUP_M, NUM_BUFFERS,
                         W_KN)),
     ], [1], [PRODUCER_REGS])
@@ -596,6 +616,11 @@ def _ws_options(num_warps: int) -> dict:
     return dict(PRODUCER_REGS=WS_PRODUCER_REGS, maxnreg=min(65536 // (32 * warps) // 8 * 8, 255 // 8 * 8))
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+# The in-loop row sums in a basic block of their own (_stats_gate), so that each wgmma's HGMMAs are issued back to
+# back (offline SASS, 2026-11-30 tenth session). Off until measured and checked against float64 on the GPU
+# (`validate_gpu.sh statsblock`): the in-loop LayerNorm kernel costs 17–25 % over the plain GEMM, RMSNorm 5–9 %.
+STATS_OWN_BLOCK_BY_DEFAULT = False
 
 
 def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: dict, prologue: str,
@@ -717,7 +742,8 @@ def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, wr
     post_tensors = (residual, gamma, beta, z, residual_out)
     meta = dict(ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None and not post_norm,
                 HAS_BIAS=bias is not None, WRITE_STATS=write_stats, W_KN=bool(w_kn), POST_NORM=post_norm,
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, NUM_BUFFERS=num_buffers, num_warps=num_warps)
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, NUM_BUFFERS=num_buffers, num_warps=num_warps,
+                STATS_OWN_BLOCK=bool(row_stats) and STATS_OWN_BLOCK_BY_DEFAULT)
     kernel = norm_gemm_gluon_kernel
     if warp_specialize:  # its extra meta (PRODUCER_REGS, maxnreg) also keeps its launch keys apart
         kernel = norm_gemm_gluon_ws_kernel

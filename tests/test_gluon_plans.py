@@ -178,6 +178,8 @@ def test_run_and_launch_take_the_weight_stored_k_n(monkeypatch, w_kn):
     values = dict(zip(kernel.arg_names, args))
     assert (values["M"], values["N"], values["K"]) == (M, N, K)
     assert values["stride_w"] == (N if w_kn else K) and meta["W_KN"] is w_kn
+    # the cached launcher passes every parameter after the arguments from meta, defaults included
+    assert [name for name in kernel.arg_names[len(args):] if name not in meta] == []
 
 
 def _op_arg_names():

@@ -9,6 +9,6 @@ setup(
     packages=["norm_fusion_inductor", "norm_fusion_inductor.kernels", "norm_fusion_inductor.patterns"],
     package_dir={"norm_fusion_inductor.patterns": "patterns"},
     install_requires=["torch>=2.11", "triton>=3.6"],
-    extras_require={"test": ["pytest", "expecttest", "numpy<2.3", "transformers==5.24.0"]},
+    extras_require={"test": ["pytest>=8,<10", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0"]},
     entry_points={"torch_dynamo_backends": ["norm_fusion = norm_fusion_inductor.backend:norm_fusion_backend"]},
 )

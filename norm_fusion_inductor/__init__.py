@@ -6,10 +6,10 @@
 See README.md.
 """
 
-from . import attention_ops, ops, qk_norm_ops  # noqa: F401  (registers torch.ops.norm_fusion.*)
+from . import attention_ops, ops, qk_norm_ops, regrouped  # noqa: F401  (registers torch.ops.norm_fusion.*)
 from .attention_ops import flash_norm_attention
 from .backend import norm_fusion_backend
-from .config import FUSIONS, NormFusionConfig
+from .config import FUSIONS, KNOWN_FUSIONS, NormFusionConfig
 from .explain import Explanation, explain
 from .passes import NormFusionPass, enabled, inductor_options
 from .qk_norm_ops import qk_norm_attention
@@ -18,6 +18,7 @@ from .report import SiteRecord, clear_reports, reports
 __all__ = [
     "Explanation",
     "FUSIONS",
+    "KNOWN_FUSIONS",
     "NormFusionConfig",
     "NormFusionPass",
     "SiteRecord",

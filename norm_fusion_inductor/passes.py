@@ -38,6 +38,7 @@ class PassContext:
         self.sites: list[report.SiteRecord] = []
         self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
         self.covered: set = set()  # nodes of the norms some family recorded (the rest are reported at the end)
+        self.regrouped_sites: list = []  # norms whose consumers the regrouped rewrite took (their producer next)
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")
@@ -102,8 +103,11 @@ class NormFusionPass(CustomGraphPass):
         if self.config.logging_enabled:
             report.enable_logging()
         ctx = PassContext(graph, self.config)
+        enabled = set(self.config.fusions)
+        if "regrouped_norm" in enabled:  # the pre-norm families' matchers find the regrouped rewrite's norms
+            enabled |= {"rms_norm_matmul", "layer_norm_matmul"}
         for name, family in STAGES[self.STAGE].items():  # pre-norm families first: post-norm takes what is left
-            if name in self.config.fusions:
+            if name in enabled:
                 family.apply(graph, ctx)
         if self.STAGE == "joint":
             from norm_fusion_inductor.patterns.common import report_leftover_norms

@@ -640,3 +640,128 @@ def _measure_qk_norm_attention(site: QKNormSite) -> dict:
     qk = torch.cat([q.flatten(), k.flatten()])
     y = torch.empty_like(qk)
     return _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: _copy(y, qk)}, False)
+
+
+# --- regrouped normalization: one epilogue GEMM against the GEMM and the round trips it removes --------------------
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueSite:
+    """One GEMM of a regrouped chain (patterns/regrouped_norm.py): a consumer (``row_norm``, ``activation``) or
+    the stream's producer (``residual``, ``stats``). ``saved_bytes``: the device-memory traffic of the unfused
+    graph that this GEMM's epilogue removes (the normalized tensor's write, the GEMM output's round trip into
+    the activation or the residual add)."""
+
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    device: torch.device
+    row_norm: str
+    activation: str
+    write_aux: bool
+    stats: str
+    residual: bool
+    w_kn: bool
+    saved_bytes: int
+
+
+def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
+                         norm_bytes, config: NormFusionConfig) -> Choice:
+    """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
+
+    With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
+    for the same product plus a copy kernel moving the bytes its epilogue saves (``EpilogueSite.saved_bytes``).
+    The unfused graph cannot move fewer bytes than that, so a GEMM that wins here by ``min_speedup`` wins against
+    Inductor too: the margin pays for what the bound leaves out (γ folded into the weight per call, the op's host
+    time). Without it, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won their bounds by 1–3 % and the
+    layers ran 0.975–0.998x (H200, 2026-12-01, BENCHMARKS.md)."""
+    from .kernels import epilogue_gemm as eg
+
+    elem = torch.empty((), dtype=dtype).element_size()
+    out_bytes = M * N * elem
+    if row_norm != "none":  # a consumer: the normalized tensor's write (its share), and the activation's trip
+        saved = norm_bytes + (2 * out_bytes if activation != "none" else 0) - (out_bytes if write_aux else 0)
+    else:  # the producer: the GEMM output's write and read by the residual add
+        saved = 2 * out_bytes
+    site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved)
+    if config.policy == "never":
+        return Choice(False, "unfused", "policy=never")
+    if device.type != "cuda":
+        if eg._interpret():
+            return Choice(True, "regrouped_triton", "Triton interpreter")
+        if config.policy == "always":
+            return Choice(True, "reference", "policy=always (no kernel on this device: torch reference)")
+        return Choice(False, "unfused", f"no fused kernel for device '{device.type}'")
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return Choice(False, "unfused", "tensor descriptors (TMA) need sm_90 or newer")
+    if (K * elem) % 16 or (N * elem) % 16:
+        return Choice(False, "unfused", f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
+    if config.policy == "always":
+        return Choice(True, "regrouped_triton", "policy=always")
+    try:
+        t = _cached_epilogue(site, config)
+    except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
+        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+    bound = t["mm_ms"] + t["saved_ms"]
+    detail = (f"epilogue GEMM {t['fused_ms']:.4f} ms vs unfused lower bound {bound:.4f} ms (cuBLAS "
+              f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
+    if t["fused_ms"] * config.min_speedup >= bound:
+        return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
+    return Choice(True, "regrouped_triton", detail)
+
+
+def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
+    import triton
+
+    from .kernels import epilogue_gemm as eg
+
+    key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
+                                      _kernel_source_hash(eg), "epilogue", eg._bucket(site.M),
+                                      *dataclasses.astuple(site)[1:]))
+    if key not in _MEMORY:
+        try:
+            _MEMORY.update(json.loads(_cache_file(config).read_text()))
+        except (OSError, ValueError):
+            pass
+    if key not in _MEMORY:
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            _MEMORY[key] = _measure_epilogue(site)
+        try:
+            path = _cache_file(config)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_MEMORY, indent=0))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return _MEMORY[key]
+
+
+def _measure_epilogue(site: EpilogueSite) -> dict:
+    from triton.testing import do_bench_cudagraph
+
+    from . import regrouped
+    from .kernels import epilogue_gemm as eg
+
+    M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
+    a = torch.randn(M, K, device=dev, dtype=dt)
+    w = torch.randn(K, N, device=dev, dtype=dt) if site.w_kn else torch.randn(N, K, device=dev, dtype=dt)
+    w = w / K ** 0.5
+    vec = lambda n: torch.rand(n, device=dev, dtype=torch.float32) + 0.5  # noqa: E731
+    row = site.row_norm != "none"
+    args = (a, w, vec(N), torch.randn(M, N, device=dev, dtype=dt) if site.residual else None,
+            vec(M) if row else None, vec(M) if site.row_norm == "ln" else None,
+            vec(N) if site.row_norm == "ln" else None)
+
+    def fused():
+        return regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn)
+
+    fused()  # tunes and compiles outside the graph capture
+    wt = w if site.w_kn else w.t()
+    src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
+    dst = torch.empty_like(src)
+    fns = {"fused_ms": fused, "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
+    for fn in fns.values():
+        fn()
+    times = {name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()}
+    return times

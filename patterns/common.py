@@ -283,8 +283,6 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
     A site is rewritten only when that removes the normalized tensor from the forward pass: at inference every
     user of it must be such a matmul; in training the backward may also read it (the partitioner recomputes it
     there from x and the op's saved statistics, which its readers are redirected to)."""
-    from norm_fusion_inductor.selection import MatmulSite, choose
-
     normed = match.output_node()
     x, gamma, beta = match.kwargs["x"], match.kwargs.get("weight"), match.kwargs.get("bias")
     if any(p is not None and not isinstance(p, Node) for p in (gamma, beta)):
@@ -319,6 +317,24 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
     reason = reason or _operand_rejection(x_val, consumers)
     if reason is not None:
         return ctx.reject(site, reason)
+    regrouped_reason = None
+    if "regrouped_norm" in ctx.config.fusions and spec.position == "pre":
+        from . import regrouped_norm
+
+        regrouped_reason = regrouped_norm.rewrite_consumers(spec, match, x, gamma, beta, eps, consumers, site, ctx)
+        if regrouped_reason is None:
+            ctx.claimed.update((normed, x))  # the post-norm family leaves this norm (and its input) alone
+            return
+    if spec.fusion not in ctx.config.fusions:
+        return ctx.reject(site, f"regrouped: {regrouped_reason}")
+    _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, consumers, x_val, M, K)
+    if regrouped_reason is not None:
+        site.reason = f"regrouped: {regrouped_reason}; {spec.fusion}: {site.reason}"
+
+
+def _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, consumers, x_val, M, K) -> None:
+    """The older rewrite: the norm as the consumer GEMM's prologue (ops.rms_norm_linear / layer_norm_linear)."""
+    from norm_fusion_inductor.selection import MatmulSite, choose
 
     choices = [choose(MatmulSite(M, K, c.n, x_val.dtype, x_val.device, gamma is not None, c.bias is not None,
                                  norm=spec.norm, has_norm_bias=beta is not None, weight_kn=c.weight_kn),

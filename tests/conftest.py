@@ -1,5 +1,6 @@
 import os
 
+import pytest
 import torch
 
 # Without a GPU the Triton kernels run in the interpreter; Triton reads this when a kernel is defined, so it must
@@ -7,6 +8,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
 # Every test compiles for real: a warm FX-graph or AOTAutograd cache would skip the pass (and its site records).
-# test_config.py turns the caches back on where it tests them.
-torch._inductor.config.force_disable_caches = True
+# test_config.py turns the caches back on where it tests them. Inductor and Dynamo config is changed only through
+# config.patch, never monkeypatch: pytest 9's monkeypatch undo deletes a config attribute, and every later
+# torch._dynamo.reset() then raises.
+@pytest.fixture(autouse=True, scope="session")
+def _inductor_caches_off():
+    with torch._inductor.config.patch(force_disable_caches=True):
+        yield

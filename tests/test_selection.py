@@ -233,14 +233,15 @@ def test_inference_attention_site_won_on_the_bound_needs_no_child(attention_meas
 
 
 @pytest.mark.parametrize("cudagraphs", [False, True])
-def test_inference_attention_site_counts_the_op_host_time(attention_measured, monkeypatch, cudagraphs):
+def test_inference_attention_site_counts_the_op_host_time(attention_measured, cudagraphs):
     """The op launches its kernels from Python: a site whose host time per call exceeds the bound is not won on
     the bound without CUDA graphs (GPU 1.12 ms, host 2.0 ms ≥ 1.37 + 2.5 · 0.19), and is with them."""
     bound, child, config = attention_measured
     bound["host_ms"] = 2.0
     child.update(fused_ms=2.0, compiled_ms=2.1)  # the child's wall times: under the margin
-    monkeypatch.setattr(torch._inductor.config.triton, "cudagraphs", cudagraphs)
-    choice = selection.choose_attention(ATTENTION_SITE, config)
+    # config.patch, not monkeypatch: pytest 9's monkeypatch undo deletes a config attribute, breaking dynamo.reset()
+    with torch._inductor.config.patch({"triton.cudagraphs": cudagraphs}):
+        choice = selection.choose_attention(ATTENTION_SITE, config)
     assert choice.fused == cudagraphs
     assert ("host time per call" in choice.reason) != cudagraphs
 

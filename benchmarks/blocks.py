@@ -1,0 +1,208 @@
+"""The regrouped-normalization benchmark: whole blocks, inference and training step, torch.compile default,
+max-autotune and this plugin side by side in one process (do_bench medians, the compilers interleaved), against
+the block's speed-of-light.
+
+    python benchmarks/blocks.py                                  # every block, H200 sizes
+    python benchmarks/blocks.py --blocks recsys_ln_tower --modes inference --json out.json
+    python benchmarks/blocks.py --smoke                          # tiny sizes, CPU or GPU: the script runs
+
+Speed-of-light: max(FLOPs / 790 TFLOP/s, minimal bytes / 4.3 TB/s), the H200's measured bf16 matmul rate and
+copy bandwidth; FLOPs count the matmuls (and attention), bytes the block's input and output once and every
+weight once (training: three times the FLOPs, the activations' bytes three times and the weights' three times:
+read, gradient written, read by the optimizer's view of it).
+
+Blocks (issue 24): two recommendation towers of two layers each, x + W2 act(W1 norm(x) + b1) + b2 (the second
+layer's norm statistics can come from the first layer's W2 epilogue), and one transformers layer of each of BERT-base,
+GPT-2-medium, Llama-3-8B and a Qwen3-1.7B-like config (random weights, a 128-token vocabulary so that the head
+does not dominate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from e2e import LossInside, bench, rel_err
+
+PEAK_FLOPS, PEAK_BYTES = 790e12, 4.3e12
+
+
+class Tower(nn.Module):
+    """One recommendation-tower layer: x + fc2(act(fc1(norm(x))))."""
+
+    def __init__(self, width: int, hidden: int, norm: str, act: str):
+        super().__init__()
+        self.norm = nn.LayerNorm(width) if norm == "ln" else nn.RMSNorm(width)
+        self.fc1, self.fc2 = nn.Linear(width, hidden), nn.Linear(hidden, width)
+        self.act = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}[act]
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class TowerStack(nn.Module):
+    def __init__(self, layers: int, **kw):
+        super().__init__()
+        self.layers = nn.ModuleList(Tower(**kw) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+BLOCKS = {
+    "recsys_ln_tower": dict(kind="tower", rows=131072, width=512, hidden=1024, norm="ln", act="gelu", layers=2),
+    "recsys_rms_tower": dict(kind="tower", rows=262144, width=256, hidden=1024, norm="rms", act="silu", layers=2),
+    "bert_base_layer": dict(kind="hf", family="bert", hidden=768, batch=32, seq=512,
+                            config=dict(intermediate_size=3072, num_attention_heads=12, max_position_embeddings=512)),
+    "gpt2_medium_layer": dict(kind="hf", family="gpt2", hidden=1024, batch=8, seq=1024,
+                              config=dict(n_inner=4096, n_head=16, n_positions=1024)),
+    "llama3_8b_layer": dict(kind="hf", family="llama", hidden=4096, batch=8, seq=2048,
+                            config=dict(intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                                        max_position_embeddings=4096)),
+    "qwen3_1p7b_layer": dict(kind="hf", family="qwen3", hidden=2048, batch=4, seq=2048,
+                             config=dict(intermediate_size=6144, num_attention_heads=16, num_key_value_heads=8,
+                                         head_dim=128, max_position_embeddings=4096)),
+}
+SMOKE = {
+    "recsys_ln_tower": dict(BLOCKS["recsys_ln_tower"], rows=64, width=32, hidden=64),
+    "recsys_rms_tower": dict(BLOCKS["recsys_rms_tower"], rows=64, width=32, hidden=64),
+    "llama3_8b_layer": dict(kind="hf", family="llama", hidden=64, batch=2, seq=16, config={}),
+}
+
+
+def build(spec: dict, train: bool, device: str, dtype: torch.dtype):
+    """(model, inputs, step, FLOPs, minimal bytes) of a block; step() runs inference or a training step."""
+    torch.manual_seed(0)
+    if spec["kind"] == "tower":
+        model = TowerStack(spec["layers"], width=spec["width"], hidden=spec["hidden"], norm=spec["norm"],
+                           act=spec["act"]).to(device, dtype)
+        x = torch.randn(spec["rows"], spec["width"], device=device, dtype=dtype, requires_grad=train)
+        inputs = {"x": x}
+        flops = 4 * spec["rows"] * spec["width"] * spec["hidden"] * spec["layers"]
+        io_bytes = 2 * x.numel() * x.element_size()
+    else:
+        from norm_fusion_inductor import hf_models
+
+        model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=1, vocab_size=128,
+                                     **spec["config"]).to(device, dtype)
+        inputs = hf_models.example_inputs(model, batch=spec["batch"], seq=spec["seq"])
+        tokens = spec["batch"] * spec["seq"]
+        linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+        linear += sum(m.weight.numel() for m in model.modules() if type(m).__name__ == "Conv1D")
+        heads_dim = spec["hidden"]
+        attention = 4 * spec["batch"] * spec["seq"] ** 2 * heads_dim * (0.5 if spec["family"] != "bert" else 1.0)
+        flops = 2 * tokens * linear + attention
+        io_bytes = 2 * tokens * spec["hidden"] * torch.empty((), dtype=dtype).element_size()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    model.train(train)
+    if train:
+        flops, io_bytes, weight_bytes = 3 * flops, 3 * io_bytes, 3 * weight_bytes
+    sol_ms = max(flops / PEAK_FLOPS, (io_bytes + weight_bytes) / PEAK_BYTES) * 1e3
+    return model, inputs, sol_ms
+
+
+def make_step(compiled, inputs, spec, train: bool):
+    hf = spec["kind"] == "hf"
+
+    def infer():
+        with torch.no_grad():
+            out = compiled(**inputs)
+            return out.logits if hf else out
+
+    def train_step():
+        for p in compiled.parameters():
+            p.grad = None
+        loss = compiled(**inputs, labels=inputs["input_ids"]).loss if hf else compiled(**inputs)
+        loss.backward()
+        return loss.detach()
+
+    return train_step if train else infer
+
+
+def run_block(name: str, spec: dict, train: bool, args) -> dict:
+    import norm_fusion_inductor as nfi
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model, inputs, sol_ms = build(spec, train, device, dtype)
+    if train and spec["kind"] == "tower":
+        model = LossInside(model)  # the loss compiled with the block, for every compiler alike
+    compilers = {"default": {}}
+    if "max-autotune" in args.backends and device == "cuda":
+        compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
+    compilers["norm_fusion"] = dict(backend="norm_fusion", options={"norm_fusion": {
+        "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS}})
+    row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
+    eager = make_step(model, inputs, spec, train)()
+    fns = {}
+    for cname, kwargs in compilers.items():
+        torch._dynamo.reset()
+        nfi.clear_reports()
+        step = make_step(torch.compile(model, **kwargs), inputs, spec, train)
+        start = time.perf_counter()
+        out = step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        row[f"compile_s_{cname}"] = time.perf_counter() - start
+        row[f"err_{cname}"] = rel_err(out, eager)
+        if cname == "norm_fusion":
+            row["sites"] = [(s.rewritten, s.fusion, s.shape, s.reason) for s in nfi.reports()]
+        fns[cname] = step
+    row.update({f"t_{k}": v for k, v in bench(fns, device, args.rounds).items()})
+    best = min(row[f"t_{c}"] for c in compilers if c != "norm_fusion")
+    row["speedup_vs_best"] = best / row["t_norm_fusion"]
+    row["fused_vs_sol"] = row["t_norm_fusion"] / sol_ms
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--blocks", nargs="*")
+    p.add_argument("--modes", nargs="*", choices=["inference", "train"], default=["inference", "train"])
+    p.add_argument("--backends", nargs="*", default=["default", "max-autotune", "norm_fusion"])
+    p.add_argument("--policy", default="auto")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json")
+    args = p.parse_args()
+    blocks = SMOKE if args.smoke else BLOCKS
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    import triton
+
+    print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
+          f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}")
+    print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "
+          "sites rewritten | err vs eager |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    rows = []
+    for name in args.blocks or list(blocks):
+        for train in [mode == "train" for mode in args.modes]:
+            row = run_block(name, blocks[name], train, args)
+            rows.append(row)
+            fused = sum(s[0] for s in row["sites"])
+            mat = f"{row['t_max_autotune']:.3f}" if "t_max_autotune" in row else "–"
+            print(f"| {name} | {'train step' if train else 'inference'} | {row['sol_ms']:.3f} | "
+                  f"{row['t_default']:.3f} | {mat} | {row['t_norm_fusion']:.3f} | {row['speedup_vs_best']:.3f} | "
+                  f"{row['fused_vs_sol']:.2f} | {fused} of {len(row['sites'])} | {row['err_norm_fusion']:.1e} |",
+                  flush=True)
+            print("  compile s: " + ", ".join(f"{k[10:]} {v:.1f}" for k, v in row.items()
+                                              if k.startswith("compile_s_")), flush=True)
+            for s in row["sites"]:
+                print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:300]}", flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

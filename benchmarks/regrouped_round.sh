@@ -1,0 +1,25 @@
+# One GPU round of the regrouped normalization: its tests, the epilogue GEMM against cuBLAS, and the blocks.
+#   bash benchmarks/regrouped_round.sh PART   (PART: a = tests, the epilogue GEMMs, the recsys towers;
+#                                              b = the Llama-3-8B, Qwen3 and GPT-2-medium layers)
+set -o pipefail
+source benchmarks/device_setup.sh
+cd /tmp/site
+OUT=${OUT:-/tmp/out}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee $OUT/gpu.txt
+case "$1" in
+a)
+  timeout 150 python -m pytest tests/test_regrouped.py -q -x -p no:warnings 2>&1 | tail -15 | tee $OUT/tests.log
+  (cd benchmarks && timeout 200 python epilogue_gemm.py --rounds 3 --json $OUT/epilogue.json 2>&1 | tee $OUT/epilogue.log)
+  (cd benchmarks && timeout 300 python blocks.py --blocks recsys_ln_tower recsys_rms_tower \
+     --json $OUT/blocks_a.json 2>&1 | tee $OUT/blocks_a.log)
+  ;;
+b)
+  timeout 100 python -m pytest tests/test_regrouped.py -q -x -p no:warnings 2>&1 | tail -4 | tee $OUT/tests.log
+  (cd benchmarks && timeout 420 python blocks.py --blocks llama3_8b_layer qwen3_1p7b_layer --rounds 3 \
+     --backends default norm_fusion --json $OUT/blocks_b.json 2>&1 | tee $OUT/blocks_b.log)
+  ;;
+c)
+  (cd benchmarks && timeout 420 python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 \
+     --json $OUT/blocks_c.json 2>&1 | tee $OUT/blocks_c.log)
+  ;;
+esac

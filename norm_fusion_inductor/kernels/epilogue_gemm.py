@@ -1,0 +1,407 @@
+"""One persistent TMA GEMM whose epilogue is composed of small pieces selected by constexpr: the GEMM of the
+regrouped normalization (docs/design.md §4).
+
+    out = act(z),   z = ROW_NORM(a · wᵀ) + bias + residual,   partials = per-(row, column segment) sums of z
+
+a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. The pieces, in epilogue order:
+
+* ``ROW_NORM`` — the consumer side of a normalization whose γ was folded into w (w = W·γ):
+  1 (RMSNorm): z = rstd[m] · acc;  2 (LayerNorm): z = rstd[m] · acc − (rstd·μ)[m] · u[n],
+  with u the column sums of the folded w (the mean enters through them; module ``regrouped`` in ops has the
+  algebra: LN(x) Wᵀ + b = rstd·(x (Wγ)ᵀ) − rstd·μ·u + (Wβ + b)).
+* ``HAS_BIAS`` — a per-column vector (the linear's bias, or v = Wβ + b).
+* ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer).
+* ``WRITE_AUX`` — z itself stored to ``aux`` (the pre-activation value that the backward reads).
+* ``STATS`` — the producer side: per row and per BLOCK_N segment of columns, the partial statistics of z as
+  stored (rounded to the output dtype, what every reader sees): 1: Σz² (RMSNorm), 2: Σz and Σ(z − z̄_seg)²
+  (LayerNorm; the segment-centred square does not cancel when |μ| ≫ σ, and segments combine exactly by Chan's
+  formula in ``finish_stats``). Written to ``part`` [STATS, cdiv(N, BLOCK_N), M] fp32: a tile-local reduction,
+  no traffic between CTAs.
+* ``ACTIVATION`` — none, relu, gelu (erf), gelu_tanh, silu, relu² on z; or a gated one (``GATED``): w holds the
+  gate and up rows interleaved (row 2j gate j, 2j+1 up j) and out[:, j] = act(z[:, 2j]) · z[:, 2j+1], N/2 wide.
+
+The mainloop is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs walking output
+tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
+GATED = ("silu_mul", "gelu_mul", "gelu_tanh_mul")  # act(gate) · up
+STATS = {"none": 0, "rms": 1, "ln": 2}
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M row blocks advance together along N so their A tiles stay in L2."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, CENTER: tl.constexpr):
+    """rstd[m]·acc (RMSNorm), or rstd[m]·acc − (rstd·μ)[m]·u[n] (LayerNorm, u = column sums of W·γ)."""
+    scale = tl.load(scale_ptr + offs_m, mask=offs_m < M, other=0.0)
+    acc = acc * scale[:, None]
+    if CENTER:
+        shift = tl.load(shift_ptr + offs_m, mask=offs_m < M, other=0.0)
+        u = tl.load(u_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc - shift[:, None] * u[None, :]
+    return acc
+
+
+@triton.jit
+def _add_columns(acc, vec_ptr, offs_n, N):
+    v = tl.load(vec_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+    return acc + v[None, :]
+
+
+@triton.jit
+def _sigmoid(z):
+    return 1.0 / (1.0 + tl.exp(-z))
+
+
+@triton.jit
+def _erf(x):
+    """erf to 1.5e-7 absolute (Abramowitz & Stegun 7.1.26): a rational term and one exp, a third of libdevice's
+    erff in the epilogue, which runs after the mainloop, not under it."""
+    ax = tl.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * ax)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - poly * tl.exp(-ax * ax)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
+def _activation(z, ACTIVATION: tl.constexpr):
+    """0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu, 5 relu²; fp32 in and out."""
+    if ACTIVATION == 1:
+        z = tl.maximum(z, 0.0)
+    elif ACTIVATION == 2:
+        z = 0.5 * z * (1.0 + _erf(z * 0.7071067811865476))
+    elif ACTIVATION == 3:
+        inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        z = 0.5 * z * (1.0 + (2.0 * _sigmoid(2.0 * inner) - 1.0))
+    elif ACTIVATION == 4:
+        z = z * _sigmoid(z)
+    elif ACTIVATION == 5:
+        z = tl.maximum(z, 0.0)
+        z = z * z
+    return z
+
+
+@triton.jit
+def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Columns interleaved as (gate, up) pairs: act(gate) · up, BLOCK_N // 2 wide."""
+    gate, up = tl.split(tl.reshape(z, (BLOCK_M, BLOCK_N // 2, 2)))
+    return _activation(gate, ACTIVATION) * up
+
+
+@triton.jit
+def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Per row of the tile (one statistics segment: BLOCK_N == the segment width): Σz² (1), or Σz and
+    Σ(z − tile mean)² (2), to part[s, pid_n, m]."""
+    valid = ((off_n + tl.arange(0, BLOCK_N)) < N)[None, :]
+    z = tl.where(valid, z, 0.0)
+    ptrs = part_ptr + pid_n * M + offs_m
+    if STATS == 1:
+        tl.store(ptrs, tl.sum(z * z, axis=1), mask=offs_m < M)
+    else:
+        count = tl.minimum(N - off_n, BLOCK_N).to(tl.float32)
+        total = tl.sum(z, axis=1)
+        d = tl.where(valid, z - (total / count)[:, None], 0.0)
+        tl.store(ptrs, total, mask=offs_m < M)
+        tl.store(ptrs + tl.cdiv(N, BLOCK_N) * M, tl.sum(d * d, axis=1), mask=offs_m < M)
+
+
+@triton.jit
+def epilogue_gemm_kernel(
+    a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
+    M, N, K, stride_am, stride_wn, stride_om, stride_rm,
+    ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
+    GATED: tl.constexpr,
+    STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
+    W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    dtype = out_ptr.dtype.element_ty
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if W_KN:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    if GATED:
+        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N // 2], strides=[stride_om, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+    else:
+        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    if WRITE_AUX:
+        x_desc = tl.make_tensor_descriptor(aux_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    if HAS_RESIDUAL:
+        r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[stride_rm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        if HAS_RESIDUAL:  # issued before the k-loop: its latency hides under the mainloop
+            residual = r_desc.load([off_m, off_n])
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])  # out-of-bounds rows and columns read as 0
+            if W_KN:
+                b = w_desc.load([off_k, off_n])
+            else:
+                b = w_desc.load([off_n, off_k]).T
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        if ROW_NORM != 0:
+            acc = _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, ROW_NORM == 2)
+        if HAS_BIAS:
+            acc = _add_columns(acc, bias_ptr, offs_n, N)
+        if HAS_RESIDUAL:
+            acc = acc + residual.to(tl.float32)
+        if WRITE_AUX or STATS != 0:
+            z_stored = acc.to(dtype)
+            if WRITE_AUX:
+                x_desc.store([off_m, off_n], z_stored)
+            if STATS != 0:
+                _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N)
+        if GATED:
+            o_desc.store([off_m, off_n // 2], _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N).to(dtype))
+        else:
+            o_desc.store([off_m, off_n], _activation(acc, ACTIVATION).to(dtype))
+
+
+# --- host side ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """Which epilogue pieces run (the module doc); the tensors are passed to ``run`` separately."""
+
+    row_norm: str = "none"  # "none" | "rms" | "ln"
+    bias: bool = False
+    residual: bool = False
+    activation: str = "none"  # ACTIVATIONS or GATED
+    write_aux: bool = False
+    stats: str = "none"  # "none" | "rms" | "ln"
+
+    def __post_init__(self):
+        if self.row_norm not in STATS:
+            raise ValueError(f"epilogue row_norm must be one of {tuple(STATS)}, got {self.row_norm!r}")
+        if self.stats not in STATS:
+            raise ValueError(f"epilogue stats must be one of {tuple(STATS)}, got {self.stats!r}")
+        if self.activation not in ACTIVATIONS + GATED:
+            raise ValueError(f"epilogue activation must be one of {ACTIVATIONS + GATED}, got {self.activation!r}")
+        if self.gated and (self.residual or self.stats != "none"):
+            raise ValueError("a gated activation halves the output: no residual or statistics with it")
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
+    @property
+    def activation_index(self) -> int:
+        name = self.activation[:-len("_mul")] if self.gated else self.activation
+        return ACTIVATIONS.index(name)
+
+
+# BLOCK_M = 128 is one wgmma warpgroup tile per 4 warps; K tiles of 64 (128-byte rows for 16-bit types, what TMA
+# swizzles best); BLOCK_N 128 or 256 trades L2 reuse against registers.
+# Warp specialization (tl.range(..., warp_specialize=True)), which would overlap a tile's epilogue with the next
+# tile's mainloop, does not compile in Triton 3.6 for these epilogues on sm_90 (NVGPUWarpSpecialization:
+# "unsupported op type" at tt.reshape/tt.split, H200, 2026-12-01): no config asks for it.
+GPU_CONFIGS = [
+    dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=fl, WARP_SPECIALIZE=ws)
+    for (bm, bn, bk, s, w, fl, ws) in [
+        (128, 256, 64, 3, 8, False, False),
+        (128, 256, 64, 3, 8, True, False),
+        (128, 128, 64, 4, 4, True, False),
+        (128, 128, 64, 4, 8, False, False),
+        (128, 128, 128, 3, 8, False, False),
+    ]
+]
+INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1, FLATTEN=False,
+                          WARP_SPECIALIZE=False)
+
+
+def stats_width(device: torch.device) -> int:
+    """Columns per partial-statistics segment: the BLOCK_N of every config a statistics epilogue runs with."""
+    return 128 if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_N"]
+
+
+def num_segments(N: int, device: torch.device) -> int:
+    return triton.cdiv(N, stats_width(device))
+
+
+def _interpret() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need a small global scratch buffer from Triton's allocator."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, device="cuda", dtype=torch.int8)
+
+        triton.set_allocator(alloc)
+
+
+def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: Epilogue) -> str | None:
+    """None if the kernel takes these operands, else the reason, naming the cause."""
+    if a.dim() != 2 or w.dim() != 2:
+        return "the kernel takes 2-D operands"
+    if a.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {a.dtype} is not supported"
+    if w.dtype != a.dtype:
+        return f"weight dtype {w.dtype} differs from the input's {a.dtype}"
+    if a.device.type != "cuda" and not _interpret():
+        return f"no Triton kernel for device {a.device.type}"
+    if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] < 9:
+        return "tensor descriptors (TMA) need sm_90 or newer"
+    N = w.shape[1 if w_kn else 0]
+    elem = a.element_size()
+    for name, t in (("input", a), ("weight", w)):
+        if t.stride(-1) != 1:
+            return f"{name} is not contiguous in its last dim (strides {tuple(t.stride())})"
+        if (t.stride(0) * elem) % 16 or t.data_ptr() % 16:
+            return f"{name} rows are not 16-byte aligned (TMA; stride {t.stride(0)}, offset {t.storage_offset()})"
+    if (N * elem) % 16 or (epilogue.gated and (N // 2 * elem) % 16):
+        return f"N={N}: output rows are not 16-byte aligned (TMA)"
+    if epilogue.gated and N % 2:
+        return f"a gated activation needs an even N (gate/up pairs), got {N}"
+    return None
+
+
+def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
+    if not a.is_cuda:
+        return [INTERPRETER_CONFIG]
+    configs = GPU_CONFIGS
+    if a.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
+        configs = [dict(c, BLOCK_K=32) for c in configs]
+    if epilogue.stats != "none":  # one statistics segment per tile
+        return [c for c in configs if c["BLOCK_N"] == stats_width(a.device)]
+    return configs
+
+
+def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
+           scale=None, shift=None, u=None, partials=None) -> None:
+    """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None."""
+    M, K = a.shape
+    N = w.shape[1 if w_kn else 0]
+    if a.is_cuda:
+        num_sms = _num_sms(a.device.index or 0)
+        _ensure_allocator()
+    else:
+        num_sms = 4
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    dot_precision = "ieee"
+    if a.dtype == torch.float32 and a.is_cuda and torch.backends.cuda.matmul.allow_tf32:
+        dot_precision = "tf32"
+    dummy = out  # never touched: the flags that would read it are off
+    epilogue_gemm_kernel[(min(num_sms, tiles),)](
+        a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
+        M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
+        ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+        WRITE_AUX=aux is not None, ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
+        STATS=STATS[epilogue.stats], W_KN=w_kn, DOT_PRECISION=dot_precision,
+        NUM_SMS=num_sms, **cfg,
+    )
+
+
+_TUNED: dict = {}
+
+
+def _bucket(m: int) -> int:
+    """Tuning key for M: one tuning per power of two."""
+    return 1 << max(m - 1, 0).bit_length()
+
+
+def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
+    """The fastest block config for this shape bucket and epilogue, timed once per process (``run(cfg)`` launches
+    one config); the interpreter has one config."""
+    configs = _configs(a, epilogue)
+    if len(configs) == 1:
+        return configs[0]
+    N = w.shape[1 if w_kn else 0]
+    key = (_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
+    if key not in _TUNED:
+        from triton.testing import do_bench_cudagraph
+
+        best, best_ms = None, float("inf")
+        for cfg in configs:
+            try:
+                run(cfg)  # compile outside the graph capture
+                ms = do_bench_cudagraph(lambda: run(cfg), rep=20, return_mode="median")
+            except Exception:  # a config that does not compile or fit in shared memory is skipped
+                continue
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+        if best is None:
+            raise RuntimeError(f"no epilogue_gemm config compiled for {key}")
+        _TUNED[key] = best
+    return _TUNED[key]
+
+
+def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,
+                  residual=None, bias=None, scale=None, shift=None, u=None, config: dict | None = None):
+    """(out, aux, partials) of the composed GEMM (module doc). a [M, K]; w [N, K] (or [K, N] with ``w_kn``);
+    out [M, N] (or [M, N/2] gated) in a's dtype; aux [M, N] when ``epilogue.write_aux``; partials
+    [1 or 2, num_segments(N), M] fp32 when ``epilogue.stats``; absent ones are empty tensors."""
+    M, K = a.shape
+    N = w.shape[1 if w_kn else 0]
+    out = torch.empty(M, N // 2 if epilogue.gated else N, device=a.device, dtype=a.dtype)
+    aux = torch.empty(M, N, device=a.device, dtype=a.dtype) if epilogue.write_aux else None
+    partials = None
+    if epilogue.stats != "none":
+        partials = torch.empty(STATS[epilogue.stats], num_segments(N, a.device), M, device=a.device,
+                               dtype=torch.float32)
+    # absent outputs are distinct empty tensors: a custom op's outputs must not alias each other
+    aux_out = aux if aux is not None else a.new_empty(0)
+    partials_out = partials if partials is not None else a.new_empty(0, dtype=torch.float32)
+    if M == 0:
+        return out, aux_out, partials_out
+    tensors = dict(aux=aux, residual=residual, bias=bias, scale=scale, shift=shift, u=u, partials=partials)
+
+    def run(cfg):
+        launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, **tensors)
+
+    run(config or tuned_config(a, w, w_kn, epilogue, run))
+    return out, aux_out, partials_out

@@ -1,0 +1,153 @@
+"""Regrouped normalization (docs/design.md §4): the custom op of the composed-epilogue GEMM, and the small torch
+functions around it that the pass inserts into the graph (Inductor compiles those itself).
+
+    producer:  z = a Wᵀ + b + r                      (+ per-segment partial sums of z, kernel STATS)
+    finish:    rstd, μ from the partials               (finish_stats: Σ over segments, Chan's formula for LN)
+    consumer:  y = act(rstd · (z (W'·γ)ᵀ) − rstd·μ · u + v)
+               u = Σ_k (W'·γ)[n, k]  (column sums of the folded, rounded weight),  v = W'β + b'
+
+RMSNorm is the consumer with μ = 0 and no u. LN(z) W'ᵀ + b' = rstd·(z − μ)·γ W'ᵀ + W'β + b' gives the consumer
+form; the normalized tensor is never written, and the GEMM that produced z never writes a separate norm output.
+
+``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
+stats, w_kn) -> (out, aux, partials)``: the kernel ``kernels.epilogue_gemm`` where it runs (CUDA sm_90+, or the
+Triton interpreter), else the same math in torch ops with the reason logged once. No autograd: the pass inserts
+it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .kernels import epilogue_gemm as kernel
+from .report import log
+
+
+def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual) -> kernel.Epilogue:
+    return kernel.Epilogue(row_norm=row_norm, bias=has_bias, residual=has_residual, activation=activation,
+                           write_aux=write_aux, stats=stats)
+
+
+@torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=())
+def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], scale: Optional[Tensor],
+                  shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
+                  stats: str, w_kn: bool) -> tuple[Tensor, Tensor, Tensor]:
+    epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None)
+    reason = kernel.unsupported_reason(a, w, w_kn, epilogue)
+    for name, t in (("residual", residual),):
+        if reason is None and t is not None and (t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16
+                                                 or t.data_ptr() % 16):
+            reason = f"{name} rows are not 16-byte aligned or not contiguous (TMA)"
+    if reason is not None:
+        _warn_once(reason)
+        return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn)
+    contig = [t.contiguous() if t is not None else None for t in (bias, scale, shift, u)]
+    return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
+                                scale=contig[1], shift=contig[2], u=contig[3])
+
+
+@epilogue_gemm.register_fake
+def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn):
+    M = a.shape[0]
+    N = w.shape[1 if w_kn else 0]
+    gated = activation in kernel.GATED
+    out = a.new_empty(M, N // 2 if gated else N)
+    aux = a.new_empty(M, N) if write_aux else a.new_empty(0)
+    if stats != "none":
+        partials = a.new_empty(kernel.STATS[stats], kernel.num_segments(N, a.device), M, dtype=torch.float32)
+    else:
+        partials = a.new_empty(0, dtype=torch.float32)
+    return out, aux, partials
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(reason: str) -> None:
+    log.warning("norm_fusion: epilogue_gemm runs its torch reference: %s", reason)
+
+
+_ACTIVATIONS = {
+    "none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2,
+}
+
+
+def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, w_kn: bool):
+    """The op's math in torch ops (fp32 epilogue), for devices and layouts the kernel does not take."""
+    acc = a.float() @ (w.float() if w_kn else w.float().t())
+    if epilogue.row_norm != "none":
+        acc = acc * scale.float()[:, None]
+    if epilogue.row_norm == "ln":
+        acc = acc - shift.float()[:, None] * u.float()[None, :]
+    if bias is not None:
+        acc = acc + bias.float()
+    if residual is not None:
+        acc = acc + residual.float()
+    z = acc.to(a.dtype)
+    if epilogue.gated:
+        act = _ACTIVATIONS[epilogue.activation[:-len("_mul")]]
+        out = (act(acc[:, 0::2]) * acc[:, 1::2]).to(a.dtype)
+    else:
+        out = _ACTIVATIONS[epilogue.activation](acc).to(a.dtype)
+    partials = a.new_empty(0, dtype=torch.float32)
+    if epilogue.stats != "none":
+        width = kernel.stats_width(a.device)
+        segs = kernel.num_segments(z.shape[1], a.device)
+        zf = F.pad(z.float(), (0, segs * width - z.shape[1])).view(z.shape[0], segs, width)
+        if epilogue.stats == "rms":
+            partials = (zf * zf).sum(-1).t().unsqueeze(0).contiguous()
+        else:
+            count = segment_counts(z.shape[1], width, segs, a.device)
+            total = zf.sum(-1)
+            valid = (torch.arange(width, device=a.device)[None, :] < count[:, None])
+            d = torch.where(valid, zf - (total / count.clamp(min=1))[..., None], 0.0)
+            partials = torch.stack([total.t(), (d * d).sum(-1).t()]).contiguous()
+    return out, z if epilogue.write_aux else a.new_empty(0), partials
+
+
+# --- graph-side pieces: plain torch functions the pass traces into the graph ------------------------------------
+
+def segment_counts(N: int, width: int, segments: int, device) -> Tensor:
+    """Valid columns of each statistics segment (the last may be short)."""
+    start = torch.arange(segments, device=device, dtype=torch.float32) * width
+    return (N - start).clamp(0, width)
+
+
+def finish_stats(partials: Tensor, N: int, eps: float, norm: str) -> tuple[Tensor, Optional[Tensor]]:
+    """(rstd, μ) [M] fp32 from the producer's partials [S, segments, M]; μ is None for RMSNorm.
+
+    LayerNorm combines the segments by Chan's formula, M2 = Σ_s M2_s + n_s (μ_s − μ)², so the variance does not
+    cancel when |μ| ≫ σ."""
+    if norm == "rms":
+        return torch.rsqrt(partials[0].sum(0) / N + eps), None
+    count = segment_counts(N, kernel.stats_width(partials.device), partials.shape[1], partials.device)[:, None]
+    total = partials[0]
+    mean = total.sum(0) / N
+    seg_mean = total / count.clamp(min=1)
+    m2 = partials[1].sum(0) + (count * (seg_mean - mean) ** 2).sum(0)
+    return torch.rsqrt(m2 / N + eps), mean
+
+
+def fold_weight(w: Tensor, gamma: Optional[Tensor], w_kn: bool) -> Tensor:
+    """W · diag(γ) along K, in W's dtype (γ may be fp32, e.g. Gemma's 1 + w)."""
+    if gamma is None:
+        return w
+    return (w * (gamma[:, None] if w_kn else gamma)).to(w.dtype)
+
+
+def column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
+    """u[n] = Σ_k (W·γ)[n, k] of the rounded weight the GEMM multiplies with, in fp32: the mean correction then
+    cancels the GEMM's μ term to fp32 accumulation error."""
+    return w_folded.sum(0 if w_kn else 1, dtype=torch.float32)
+
+
+def fold_bias(w: Tensor, beta: Optional[Tensor], bias: Optional[Tensor], w_kn: bool) -> Optional[Tensor]:
+    """v = W β (+ b) in fp32: β pushed through the linear."""
+    if beta is None:
+        return bias
+    v = (beta.float() @ w.float()) if w_kn else (w.float() @ beta.float())
+    return v + bias.float() if bias is not None else v

@@ -1,0 +1,421 @@
+"""Regrouped normalization (docs/design.md §4): the norm's work moves into the epilogues of the GEMMs around it.
+
+* **Consumers.** Every matmul that reads a matched RMSNorm / LayerNorm output (the pre-norm families' matches,
+  ``common.rewrite_norm_site``) is rewritten to read the norm's *input* with γ folded into its weight; its epilogue
+  applies rstd (and LayerNorm's mean correction through the column sums u of the folded weight), the bias
+  (v = Wβ + b for LayerNorm) and the activation that follows the matmul — GELU (erf or tanh), SiLU, ReLU, or a
+  gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
+  normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
+  once more (``aux``) because the backward reads it.
+* **Producer.** Where the norm's input is ``x @ Wᵀ (+ b) + residual`` (o_proj / down_proj / fc2 plus the
+  residual stream), that GEMM is rewritten to add bias and residual in its epilogue and to write per-segment
+  partial row statistics; a tiny finish gives rstd (and μ), which the consumers and the backward read instead
+  of a separate reduction over the stream. Without such a producer (the first norm of a stack) the statistics
+  stay Inductor's own reduction.
+
+The backward stays Inductor's: it reads x, the statistics and the pre-activation, all of which the rewrite keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch._inductor import pattern_matcher as pm
+from torch.fx import Graph, Node
+
+from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
+
+from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer, size_hint
+
+FUSION = "regrouped_norm"
+EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
+
+
+# --- activations after a consumer matmul, as Inductor decomposes them --------------------------------------------
+
+def _gelu(z):
+    return F.gelu(z)
+
+
+def _gelu_tanh(z):
+    return F.gelu(z, approximate="tanh")
+
+
+def _silu(z):
+    return F.silu(z)
+
+
+def _relu(z):
+    return F.relu(z)
+
+
+def _relu2(z):
+    return F.relu(z) ** 2
+
+
+ACTIVATION_FORMS = {"gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": _silu, "relu": _relu, "relu2": _relu2}
+GATED_FORMS = {
+    "silu_mul": lambda gate, up: F.silu(gate) * up,
+    "gelu_mul": lambda gate, up: F.gelu(gate) * up,
+    "gelu_tanh_mul": lambda gate, up: F.gelu(gate, approximate="tanh") * up,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
+    """(name, gated, pattern), traced once per dtype class like the norm forms."""
+    patterns, seen = [], set()
+    for forms, gated in ((GATED_FORMS, True), (ACTIVATION_FORMS, False)):
+        for name, fn in forms.items():
+            for dtype in TRACE_DTYPES.values():
+                args = [torch.empty(4, 16, dtype=dtype)] * (2 if gated else 1)
+                pattern = pm.gen_pattern(fn, args, pm.fwd_only)
+                if (name, repr(pattern)) not in seen:
+                    seen.add((name, repr(pattern)))
+                    patterns.append((name, gated, pattern))
+    return patterns
+
+
+def _model_shaped(mm: Node) -> Node:
+    """The node holding a consumer's output in the model's shape: the mm itself or its only (view) user."""
+    users = list(mm.users)
+    if len(users) == 1 and users[0].target in VIEW_OPS:
+        return users[0]
+    return mm
+
+
+def _find_activation(pre: Node, forward: Callable[[Node], bool]):
+    """(name, gated, match) of an activation whose input is ``pre``, searched a few nodes downstream."""
+    frontier, seen = [u for u in pre.users if forward(u)], set()
+    for _depth in range(8):
+        nxt = []
+        for node in frontier:
+            if node in seen:
+                continue
+            seen.add(node)
+            for name, gated, pattern in _activation_patterns():
+                match = pattern.match(node)
+                if not pm.is_match(match):
+                    continue
+                inputs = [match.kwargs.get(k) for k in (("gate", "up") if gated else ("z",))]
+                if pre in inputs:
+                    return name, gated, match
+            nxt.extend(u for u in node.users if forward(u))
+        frontier = nxt
+    return None
+
+
+# --- inserting traced torch code into the graph ------------------------------------------------------------------
+
+def insert_traced(graph: Graph, fn: Callable, inputs: dict, before: Node) -> list[Node]:
+    """Trace ``fn(**tensors)`` (absent inputs passed as None) with the graph's fake values and Inductor's
+    decompositions, copy it in before ``before``, and return its output nodes."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    names = [k for k, v in inputs.items() if v is not None]
+    values = [inputs[k].meta["val"] for k in names]
+
+    def flat(*tensors):
+        kwargs = dict.fromkeys(inputs)
+        kwargs.update(zip(names, tensors))
+        return fn(**kwargs)
+
+    fake_mode = torch._guards.detect_fake_mode(values)
+    with fake_mode:
+        gm = make_fx(flat, select_decomp_table(), tracing_mode="real")(*values)
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        raise RuntimeError("the traced code holds tensor constants")
+    with graph.inserting_before(before):
+        outputs = graph.graph_copy(gm.graph, dict(zip(gm.graph.find_nodes(op="placeholder"),
+                                                      [inputs[k] for k in names])))
+    return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+
+# --- the consumers -----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Site:
+    """A norm whose consumers were rewritten: what the producer link needs."""
+
+    x: Node
+    norm: str  # "rms" | "ln"
+    eps: float
+    rstd: Node
+    mean: Optional[Node]
+    record: object  # report.SiteRecord
+
+
+@dataclasses.dataclass
+class _Rewrite:
+    consumers: list  # common.MatmulConsumer: one, or (gate, up)
+    activation: str = "none"
+    act_output: Optional[Node] = None  # the activation's output node, replaced by the op's output
+    pre: list = dataclasses.field(default_factory=list)  # the consumers' outputs in the model's shape
+    act_nodes: frozenset = frozenset()  # the matched activation's nodes
+
+    @property
+    def write_aux(self) -> bool:
+        """The pre-activation is still read outside the activation (by the backward): the epilogue stores it."""
+        return self.activation != "none" and any(u not in self.act_nodes for p in self.pre for u in p.users)
+
+
+def _stat_nodes(match: pm.Match) -> tuple[Optional[Node], Optional[Node]]:
+    rstd = mean = None
+    for node in match.nodes:
+        if node.target == aten.rsqrt.default:
+            rstd = node
+        elif node.target is operator.getitem and node.args[0].target == aten.var_mean.correction and node.args[1] == 1:
+            mean = node
+    return rstd, mean
+
+
+def _plan_rewrites(consumers, ctx) -> list[_Rewrite]:
+    """Group the consumers into epilogue GEMMs: a gated pair where act(gate) · up reads two of them, else one
+    each with the activation that follows it, if any."""
+    def forward(n):
+        return n not in ctx.backward and n.op != "output"
+
+    by_pre = {_model_shaped(c.node): c for c in consumers}
+    rewrites, used = [], set()
+    for pre, c in by_pre.items():
+        if c.node in used:
+            continue
+        found = _find_activation(pre, forward)
+        if found is None:
+            continue
+        name, gated, match = found
+        if gated:
+            gate, up = match.kwargs["gate"], match.kwargs["up"]
+            if gate not in by_pre or up not in by_pre or by_pre[gate].node in used or by_pre[up].node in used:
+                continue
+            cg, cu = by_pre[gate], by_pre[up]
+            if cg.n != cu.n or cg.weight_kn != cu.weight_kn or cg.scale != cu.scale or gate is up:
+                continue
+            pair = [cg, cu]
+        elif name in ACTIVATION_FORMS:
+            pair = [c]
+        else:
+            continue
+        rewrites.append(_Rewrite(pair, name, match.output_node(), [_model_shaped(p.node) for p in pair],
+                                 frozenset(match.nodes)))
+        used.update(p.node for p in pair)
+    rewrites += [_Rewrite([c], pre=[_model_shaped(c.node)]) for c in consumers if c.node not in used]
+    return rewrites
+
+
+def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumers: list, site, ctx) -> Optional[str]:
+    """Rewrite the norm's matmul consumers into epilogue GEMMs; None if done, else why not (the caller then
+    offers the site to the older prologue path)."""
+    from norm_fusion_inductor.selection import choose_epilogue_gemm
+
+    if not isinstance(eps, (int, float)):
+        return "eps is a graph tensor (dynamic shapes)"
+    x_val = x.meta["val"]
+    if any(isinstance(d, torch.SymInt) for d in x_val.shape):
+        return "dynamic shape: the regrouped rewrite serves static shapes"
+    rstd, mean = _stat_nodes(match)
+    if rstd is None or (spec.norm == "ln" and mean is None):
+        return "the norm's statistics are not separate nodes of the graph"
+    K = x_val.shape[-1]
+    M = x_val.numel() // K
+    rewrites = _plan_rewrites(consumers, ctx)
+    choices = []
+    for rw in rewrites:
+        c = rw.consumers[0]
+        aux = rw.write_aux
+        n = c.n * len(rw.consumers)
+        choice = choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
+                                      activation=rw.activation, write_aux=aux, stats="none", residual=False,
+                                      w_kn=c.weight_kn, norm_bytes=x_val.numel() * x_val.element_size()
+                                      // max(len(rewrites), 1), config=ctx.config)
+        if not choice.fused:
+            return choice.reason
+        choices.append((rw, aux, choice))
+    graph = x.graph
+    try:
+        for rw, aux, _choice in choices:
+            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K)
+    except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
+        return f"the rewrite failed ({type(e).__name__}: {e})"
+    ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site))
+    acts = sorted({rw.activation for rw in rewrites if rw.activation != "none"})
+    return _accepted(site, ctx, rewrites, acts, choices)
+
+
+def _accepted(site, ctx, rewrites, acts, choices) -> None:
+    n = sum(len(rw.consumers) for rw in rewrites)
+    reason = f"{n} matmul(s) read the stream with the norm in their epilogue"
+    if acts:
+        reason += " (activation " + ", ".join(acts) + " in the epilogue too)"
+    reason += "; " + "; ".join(sorted({ch.reason for _, _, ch in choices}))
+    site.fusion = FUSION
+    ctx.accept(site, choices[0][2].implementation, reason)
+    return None
+
+
+def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K) -> None:
+    consumers = rw.consumers
+    c0 = consumers[0]
+    scale_c, w_kn = c0.scale, c0.weight_kn
+    N = c0.n
+    pre_shape = list(rw.pre[0].meta["val"].shape)
+    out_shape = list(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
+    gated = len(consumers) == 2
+
+    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1):
+        a = x.reshape(-1, K)
+        g = gamma.float() * scale_c if gamma is not None else None
+        if g is None and scale_c != 1.0:
+            g = torch.full((K,), scale_c, device=x.device, dtype=torch.float32)
+        bt = beta.float() * scale_c if beta is not None else None
+        weights = [regrouped.fold_weight(w, g, w_kn) for w in (w0, w1) if w is not None]
+        biases = [regrouped.fold_bias(w, bt, b, w_kn) for w, b in ((w0, b0), (w1, b1)) if w is not None]
+        if gated:
+            weights = [_interleave(weights, w_kn)]
+            if any(b is not None for b in biases):
+                biases = [torch.stack([b.float() if b is not None else torch.zeros(N, device=x.device)
+                                       for b in biases], dim=1).reshape(2 * N)]
+            else:
+                biases = [None]
+        w = weights[0]
+        scale = rstd.reshape(-1).float()
+        shift = u = None
+        if norm == "ln":
+            shift = (rstd * mean).reshape(-1).float()
+            u = regrouped.column_sums(w, w_kn)
+        out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, biases[0], None, scale, shift, u, norm,
+                                                              rw.activation, aux, "none", w_kn)
+        results = [out.view(out_shape)]
+        if aux:
+            if gated:
+                pairs = aux_out.view(-1, N, 2)
+                results += [pairs[..., 0].reshape(pre_shape), pairs[..., 1].reshape(pre_shape)]
+            else:
+                results.append(aux_out.view(pre_shape))
+        return tuple(results)
+
+    w_nodes = [c.weight for c in consumers] + [None] * (2 - len(consumers))
+    b_nodes = [c.bias for c in consumers] + [None] * (2 - len(consumers))
+    first = min((c.node for c in consumers), key=lambda n: _position(graph, n))
+    outputs = insert_traced(graph, consumer, dict(x=x, rstd=rstd, mean=mean if norm == "ln" else None,
+                                                  gamma=gamma, beta=beta, w0=w_nodes[0], w1=w_nodes[1],
+                                                  b0=b_nodes[0], b1=b_nodes[1]), before=first)
+    replaced = rw.act_output if rw.act_output is not None else rw.pre[0]
+    replaced.replace_all_uses_with(outputs[0])
+    if aux:
+        for pre, value in zip(rw.pre, outputs[1:]):
+            pre.replace_all_uses_with(value)
+    _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
+
+
+def _interleave(weights, w_kn):
+    """Gate and up rows (or columns, for [K, N] weights) interleaved: the epilogue sees (gate, up) pairs."""
+    wg, wu = weights
+    if w_kn:
+        return torch.stack([wg, wu], dim=2).reshape(wg.shape[0], 2 * wg.shape[1])
+    return torch.stack([wg, wu], dim=1).reshape(2 * wg.shape[0], wg.shape[1])
+
+
+def _position(graph: Graph, node: Node) -> int:
+    for i, n in enumerate(graph.nodes):
+        if n is node:
+            return i
+    return -1
+
+
+def _erase_dead_chain(graph: Graph, node: Node) -> None:
+    """Erase ``node`` and then every producer it leaves without users, down to the graph inputs."""
+    stack, erased = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in erased or n.op != "call_function" or n.users:
+            continue
+        inputs = list(n.all_input_nodes)
+        graph.erase_node(n)
+        erased.add(n)
+        stack.extend(inputs)
+
+
+# --- the producers -----------------------------------------------------------------------------------------------
+
+def _producer(x: Node):
+    """(consumer, residual) when ``x = view(a @ Wᵀ (+ b)) + residual`` (either order), else (None, reason)."""
+    if x.target != aten.add.Tensor or len(x.args) != 2 or x.kwargs:
+        return None, "the stream is not a matmul plus a residual"
+    for mm_side, residual in ((x.args[0], x.args[1]), (x.args[1], x.args[0])):
+        if not isinstance(mm_side, Node) or not isinstance(residual, Node):
+            continue
+        mm = mm_side.args[0] if mm_side.target in VIEW_OPS else mm_side
+        if not isinstance(mm, Node) or mm.target not in (aten.mm.default, aten.addmm.default):
+            continue
+        consumer = as_matmul_consumer(mm, mm.args[0] if mm.target == aten.mm.default else mm.args[1])
+        if consumer is None:
+            continue
+        if len(mm.users) != 1 or (mm_side is not mm and len(mm_side.users) != 1):
+            return None, "the matmul's output is read before the residual add"
+        r_val, x_val = residual.meta["val"], x.meta["val"]
+        if tuple(r_val.shape) != tuple(x_val.shape) or r_val.dtype != x_val.dtype:
+            return None, "the residual is broadcast or of another dtype"
+        if mm.meta["val"].dtype != x_val.dtype:
+            return None, "the matmul's dtype differs from the stream's"
+        return (consumer, residual), None
+    return None, "the stream is not a matmul plus a residual"
+
+
+def apply(graph: Graph, ctx) -> None:
+    """The producer link, after the norm families rewrote their consumers: each such norm's stream, if a GEMM
+    plus a residual produced it, comes from one epilogue GEMM with its partial statistics."""
+    from norm_fusion_inductor.selection import choose_epilogue_gemm
+
+    for site in getattr(ctx, "regrouped_sites", []):
+        found, why = _producer(site.x)
+        if found is None:
+            site.record.reason += f"; statistics from Inductor's reduction ({why})"
+            continue
+        consumer, residual = found
+        x_val = site.x.meta["val"]
+        N = x_val.shape[-1]
+        M = x_val.numel() // N
+        a_val = consumer.node.args[0 if consumer.node.target == aten.mm.default else 1].meta["val"]
+        choice = choose_epilogue_gemm(M, N, a_val.shape[1], x_val.dtype, x_val.device, row_norm="none",
+                                      activation="none", write_aux=False, stats=site.norm, residual=True,
+                                      w_kn=consumer.weight_kn, norm_bytes=x_val.numel() * x_val.element_size(),
+                                      config=ctx.config)
+        if not choice.fused:
+            site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
+            continue
+        _insert_producer(graph, site, consumer, residual)
+        site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
+
+
+def _insert_producer(graph: Graph, site: Site, consumer, residual: Node) -> None:
+    mm = consumer.node
+    a = mm.args[0] if mm.target == aten.mm.default else mm.args[1]
+    x_shape = list(site.x.meta["val"].shape)
+    N = x_shape[-1]
+    stat_shape = list(site.rstd.meta["val"].shape)
+    norm, eps, w_kn = site.norm, site.eps, consumer.weight_kn
+
+    def producer(a, w, bias, residual):
+        r = residual.reshape(-1, N).contiguous()
+        z, _, partials = torch.ops.norm_fusion.epilogue_gemm(a, w, bias, r, None, None, None, "none", "none",
+                                                             False, norm, w_kn)
+        rstd, mean = regrouped.finish_stats(partials, N, eps, norm)
+        results = [z.view(x_shape), rstd.view(stat_shape)]
+        if mean is not None:
+            results.append(mean.view(stat_shape))
+        return tuple(results)
+
+    outputs = insert_traced(graph, producer, dict(a=a, w=consumer.weight, bias=consumer.bias, residual=residual),
+                            before=site.x)
+    site.x.replace_all_uses_with(outputs[0])
+    site.rstd.replace_all_uses_with(outputs[1])
+    if site.mean is not None:
+        site.mean.replace_all_uses_with(outputs[2])
+    _erase_dead_chain(graph, site.x)

@@ -1,0 +1,203 @@
+"""Regrouped normalization: the epilogue GEMM against float64, the statistics' finish, and the rewrite of whole
+models (outputs and gradients against eager and float64). On the CPU the kernel runs in the Triton interpreter
+(fp32/fp16, small shapes); on a GPU in bf16/fp16 at shapes that are not multiples of the tiles."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import norm_fusion_inductor as nfi
+from norm_fusion_inductor import regrouped
+from norm_fusion_inductor.kernels import epilogue_gemm as eg
+
+CUDA = torch.cuda.is_available()
+REGROUPED = {"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS}}
+DEVICE = "cuda" if CUDA else "cpu"
+DTYPES = [torch.bfloat16, torch.float16] if CUDA else [torch.float32, torch.float16]
+SHAPES = [(1000, 520, 776), (4097, 256, 1032)] if CUDA else [(37, 48, 80)]
+
+
+def rel(out, ref) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def tol(dtype) -> float:
+    return 1e-4 if dtype == torch.float32 else 1e-2
+
+
+def _reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None):
+    acc = a.double() @ (w.double() if w_kn else w.double().t())
+    if epilogue.row_norm != "none":
+        acc = acc * scale.double()[:, None]
+    if epilogue.row_norm == "ln":
+        acc = acc - shift.double()[:, None] * u.double()[None, :]
+    if bias is not None:
+        acc = acc + bias.double()
+    if residual is not None:
+        acc = acc + residual.double()
+    acts = {"none": lambda z: z, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+            "silu": F.silu, "relu": F.relu, "relu2": lambda z: F.relu(z) ** 2}
+    if epilogue.gated:
+        out = acts[epilogue.activation[:-4]](acc[:, 0::2]) * acc[:, 1::2]
+    else:
+        out = acts[epilogue.activation](acc)
+    return out, acc
+
+
+EPILOGUES = [
+    eg.Epilogue(),
+    eg.Epilogue(row_norm="rms", activation="silu"),
+    eg.Epilogue(row_norm="ln", bias=True, activation="gelu", write_aux=True),
+    eg.Epilogue(bias=True, residual=True, stats="ln"),
+    eg.Epilogue(residual=True, stats="rms", activation="gelu_tanh", write_aux=True),
+    eg.Epilogue(row_norm="rms", activation="silu_mul", bias=True),
+    eg.Epilogue(activation="relu2", write_aux=True),
+]
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES, ids=lambda e: f"{e.row_norm}-{e.activation}-{e.stats}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("w_kn", [False, True])
+def test_epilogue_gemm_matches_float64(epilogue, dtype, w_kn):
+    if w_kn and epilogue.gated:
+        pytest.skip("gate/up pairs are interleaved along N: covered with W [N, K]")
+    for M, K, N in SHAPES:
+        torch.manual_seed(M + N)
+        a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+        w = (torch.randn(K, N) if w_kn else torch.randn(N, K)).to(DEVICE, dtype) / K ** 0.5
+        tensors = dict(
+            bias=torch.randn(N, device=DEVICE) if epilogue.bias else None,
+            residual=torch.randn(M, N, device=DEVICE, dtype=dtype) if epilogue.residual else None,
+            scale=torch.rand(M, device=DEVICE) + 0.5 if epilogue.row_norm != "none" else None,
+            shift=torch.randn(M, device=DEVICE) if epilogue.row_norm == "ln" else None,
+            u=torch.randn(N, device=DEVICE) if epilogue.row_norm == "ln" else None)
+        out = torch.full((M, N // 2 if epilogue.gated else N), float("nan"), device=DEVICE, dtype=dtype)
+        aux = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype) if epilogue.write_aux else None
+        partials = None
+        if epilogue.stats != "none":
+            partials = torch.full((eg.STATS[epilogue.stats], eg.num_segments(N, a.device), M), float("nan"),
+                                  device=DEVICE)
+        ref, z = _reference64(a, w, epilogue, w_kn, **tensors)
+        if eg.unsupported_reason(a, w, w_kn, epilogue) is not None:  # e.g. rows not 16-byte aligned for TMA
+            op_out = regrouped.epilogue_gemm(a, w, tensors["bias"], tensors["residual"], tensors["scale"],
+                                             tensors["shift"], tensors["u"], epilogue.row_norm, epilogue.activation,
+                                             epilogue.write_aux, epilogue.stats, w_kn)[0]
+            assert rel(op_out, ref) < tol(dtype)  # the op's torch fallback
+            continue
+        cfg = eg.INTERPRETER_CONFIG if not CUDA else eg.GPU_CONFIGS[2 if epilogue.stats == "none" else 3]
+        eg.launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, aux=aux, partials=partials, **tensors)
+        assert not out.isnan().any(), "an output element was not written"
+        assert rel(out, ref) < tol(dtype)
+        if aux is not None:
+            assert rel(aux, z) < tol(dtype)
+        if partials is not None:
+            zs = (aux if aux is not None else out).double()  # the statistics are of z as stored
+            rstd, mean = regrouped.finish_stats(partials, N, 1e-5, epilogue.stats)
+            var = zs.var(-1, unbiased=False) if epilogue.stats == "ln" else zs.square().mean(-1)
+            assert rel(rstd, torch.rsqrt(var + 1e-5)) < 1e-5
+            if mean is not None:
+                assert rel(mean, zs.mean(-1)) < 1e-5
+
+
+@pytest.mark.parametrize("shift", [100.0, 1000.0])
+def test_layer_norm_statistics_do_not_cancel(shift):
+    """Rows with |μ| ≫ σ: the segment-centred partials keep the variance to fp32 rounding."""
+    M, N = 64, 200
+    z = torch.randn(M, N, device=DEVICE, dtype=torch.float32) + shift
+    width = eg.stats_width(z.device)
+    segs = eg.num_segments(N, z.device)
+    part = regrouped.reference(z, torch.eye(N, device=DEVICE), None, None, None, None, None,
+                               eg.Epilogue(stats="ln"), False)[2]
+    assert part.shape == (2, segs, M) and width * segs >= N
+    rstd, mean = regrouped.finish_stats(part, N, 1e-5, "ln")
+    z64 = z.double()
+    assert rel(rstd, torch.rsqrt(z64.var(-1, unbiased=False) + 1e-5)) < 1e-4
+    assert rel(mean, z64.mean(-1)) < 1e-6
+
+
+class Tower(nn.Module):
+    def __init__(self, width=32, hidden=64, norm="ln", act="gelu"):
+        super().__init__()
+        self.norm = nn.LayerNorm(width) if norm == "ln" else nn.RMSNorm(width)
+        self.fc1, self.fc2 = nn.Linear(width, hidden), nn.Linear(hidden, width)
+        self.act = {"gelu": F.gelu, "silu": F.silu}[act]
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, width=32, hidden=64):
+        super().__init__()
+        self.norm = nn.RMSNorm(width)
+        self.gate, self.up = nn.Linear(width, hidden, bias=False), nn.Linear(width, hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+MODELS = {
+    "ln_gelu_tower": lambda: nn.Sequential(Tower(), Tower()),
+    "rms_swiglu": lambda: nn.Sequential(SwiGLU(), SwiGLU(), nn.RMSNorm(32), nn.Linear(32, 16)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_models_rewritten_and_trained(name):
+    """Every norm's consumers and producers are rewritten; the training step's loss and gradients match float64
+    within the unfused path's error."""
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    torch.manual_seed(0)
+    model = MODELS[name]().to(DEVICE, dtype)
+    ref = copy.deepcopy(model).double()
+    rows = 256 if CUDA else 16
+    x = (torch.randn(2, rows // 2, 32, device=DEVICE, dtype=dtype) * 3 + 1).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=REGROUPED)
+    out = compiled(x)
+    expected = ref(x64)
+    eager = model(x.detach())
+    sites = nfi.reports()
+    assert sites and all(s.rewritten and s.fusion == "regrouped_norm" for s in sites), [s.line() for s in sites]
+    assert any("producer GEMM writes the stream" in s.reason for s in sites)
+    bound = max(3 * rel(eager, expected), tol(dtype))
+    assert rel(out, expected) < bound
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    expected.backward(grad.double())
+    for (pname, p), p64 in zip(model.named_parameters(), ref.parameters()):
+        assert rel(p.grad, p64.grad) < max(tol(dtype), 1e-4), pname
+    assert rel(x.grad, x64.grad) < max(tol(dtype), 1e-4)
+
+
+def test_normalized_tensor_read_elsewhere_is_left_unfused():
+    """A normalized tensor that is also added to the stream (BERT's post-norm reuse) cannot be served by the
+    consumers alone: the site is reported with that reason."""
+
+    class Reused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = nn.LayerNorm(32), nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = self.norm(x)
+            return h + self.fc(h)
+
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    model = Reused().to(DEVICE)
+    x = torch.randn(16, 32, device=DEVICE)
+    out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+    assert rel(out, model(x)) < 1e-5
+    sites = [s for s in nfi.reports() if s.fusion in ("regrouped_norm", "layer_norm_matmul")]
+    assert sites and not any(s.rewritten for s in sites)
+    assert "also used by" in sites[0].reason

@@ -49,12 +49,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--json")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--shapes", type=int, default=len(SHAPES), help="only the first N shapes")
     args = p.parse_args()
     from triton.testing import do_bench
 
     rows = []
     names = None
-    for M, K, N in SHAPES:
+    for M, K, N in SHAPES[:args.shapes]:
         fns = cases(M, K, N, "cuda", torch.bfloat16)
         for fn in fns.values():
             fn()  # tune and compile first
@@ -68,6 +69,11 @@ def main() -> int:
         rows.append(dict(shape=(M, K, N), **t))
         del fns
         torch.cuda.empty_cache()
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
+
+    print("\nchosen configs (M bucket, N, K, dtype, w_kn, epilogue) -> config:")
+    for key, cfg in eg._TUNED.items():
+        print(f"  {key[:5]} {key[5]} -> {cfg}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

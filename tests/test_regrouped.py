@@ -201,3 +201,34 @@ def test_normalized_tensor_read_elsewhere_is_left_unfused():
     sites = [s for s in nfi.reports() if s.fusion in ("regrouped_norm", "layer_norm_matmul")]
     assert sites and not any(s.rewritten for s in sites)
     assert "also used by" in sites[0].reason
+
+
+@pytest.mark.parametrize("index", range(len(eg.GPU_CONFIGS) if CUDA else 1))
+def test_every_block_config_matches_float64(index):
+    """Each block config the tuner may pick (two programs per SM included), on the fullest epilogues."""
+    cfg = eg.GPU_CONFIGS[index] if CUDA else eg.INTERPRETER_CONFIG
+    dtype = DTYPES[0]
+    M, K, N = SHAPES[-1]
+    torch.manual_seed(index)
+    a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+    w = torch.randn(N, K, device=DEVICE, dtype=dtype) / K ** 0.5
+    vec = lambda n: torch.rand(n, device=DEVICE) + 0.5  # noqa: E731
+    consumer = eg.Epilogue(row_norm="ln", bias=True, activation="gelu", write_aux=True)
+    tensors = dict(bias=vec(N), scale=vec(M), shift=vec(M), u=vec(N))
+    out = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype)
+    aux = torch.full_like(out, float("nan"))
+    eg.launch(cfg, a, w, out, epilogue=consumer, aux=aux, **tensors)
+    ref, z = _reference64(a, w, consumer, False, **tensors)
+    assert rel(out, ref) < tol(dtype) and rel(aux, z) < tol(dtype)
+    if cfg["BLOCK_N"] != eg.stats_width(a.device):
+        return  # statistics run only on configs whose tile is one statistics segment
+    producer = eg.Epilogue(bias=True, residual=True, stats="ln")
+    residual = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    partials = torch.full((2, eg.num_segments(N, a.device), M), float("nan"), device=DEVICE)
+    out.fill_(float("nan"))
+    eg.launch(cfg, a, w, out, epilogue=producer, residual=residual, bias=tensors["bias"], partials=partials)
+    ref, _ = _reference64(a, w, producer, False, bias=tensors["bias"], residual=residual)
+    assert rel(out, ref) < tol(dtype)
+    rstd, mean = regrouped.finish_stats(partials, N, 1e-5, "ln")
+    assert rel(rstd, torch.rsqrt(out.double().var(-1, unbiased=False) + 1e-5)) < 1e-5
+    assert rel(mean, out.double().mean(-1)) < 1e-5

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("norm_gemm", "norm_gemm_gluon", "norm_attention", "qk_norm_attention")
+MODULES = ("epilogue_gemm", "norm_gemm", "norm_gemm_gluon", "norm_attention", "qk_norm_attention")
 
 
 def _skip_reason():
@@ -374,6 +374,30 @@ def _norm_gemm(ng):
         dgrad(width, plan, **dict(post_a, col_sums=False))
 
 
+def _epilogue_gemm(eg):
+    eg._num_sms = lambda index: 132
+    M, K, N = 1024, 512, 1024
+    a, w, w_kn = _empty(M, K), _empty(N, K), _empty(K, N)
+    rows, cols = (_empty(n, dtype=torch.float32) for n in (M, N))
+    full = dict(bias=cols, scale=rows, shift=rows, u=cols)
+    # every config the tuner offers, on the consumer epilogue with the most pieces; the producer (statistics run
+    # on one-segment tiles, BLOCK_N 128) on a one- and a two-program-per-SM config
+    for cfg in eg.GPU_CONFIGS:
+        eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="ln", bias=True, activation="gelu",
+                                                                write_aux=True), aux=_empty(M, N), **full)
+    for cfg in (eg.GPU_CONFIGS[3], eg.GPU_CONFIGS[6]):
+        eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(bias=True, residual=True, stats="ln"),
+                  residual=_empty(M, N), bias=cols, partials=_empty(2, N // 128, M, dtype=torch.float32))
+    # each other piece once, on the first config: activations, gated pairs, RMSNorm statistics, W [K, N]
+    cfg = eg.GPU_CONFIGS[0]
+    for act in eg.ACTIVATIONS + eg.GATED:
+        gated = act in eg.GATED
+        eg.launch(cfg, a, w, _empty(M, N // 2 if gated else N), epilogue=eg.Epilogue(row_norm="rms", activation=act),
+                  scale=rows)
+    eg.launch(eg.GPU_CONFIGS[3], a, w_kn, _empty(M, N), epilogue=eg.Epilogue(residual=True, stats="rms"), w_kn=True,
+              residual=_empty(M, N), partials=_empty(1, N // 128, M, dtype=torch.float32))
+
+
 def _norm_gemm_gluon(ngg):
     from norm_fusion_inductor.kernels import norm_gemm
 
@@ -457,7 +481,7 @@ def _qk_norm_attention(qk):
                     q_hat, k_hat)
 
 
-SCENARIOS = {"norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
+SCENARIOS = {"epilogue_gemm": _epilogue_gemm, "norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
 # Inductor's generated code launches these itself (direct launch) and passes Python floats as fp64 (Triton's
 # launcher: fp32): their first launch is compiled that way too
 FP64_SCALARS = ("norm_gemm_kernel", "row_stats_kernel")

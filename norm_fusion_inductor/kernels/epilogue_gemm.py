@@ -239,18 +239,25 @@ class Epilogue:
 # Warp specialization (tl.range(..., warp_specialize=True)), which would overlap a tile's epilogue with the next
 # tile's mainloop, does not compile in Triton 3.6 for these epilogues on sm_90 (NVGPUWarpSpecialization:
 # "unsupported op type" at tt.reshape/tt.split, H200, 2026-12-01): no config asks for it.
+# CTAS_PER_SM = 2: a grid of two programs per SM with tiles small enough that two fit (shared memory and
+# registers), so one program's epilogue runs while the other's mainloop does: the overlap warp specialization
+# would give, by occupancy.
 GPU_CONFIGS = [
-    dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=fl, WARP_SPECIALIZE=ws)
-    for (bm, bn, bk, s, w, fl, ws) in [
-        (128, 256, 64, 3, 8, False, False),
-        (128, 256, 64, 3, 8, True, False),
-        (128, 128, 64, 4, 4, True, False),
-        (128, 128, 64, 4, 8, False, False),
-        (128, 128, 128, 3, 8, False, False),
+    dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=fl, WARP_SPECIALIZE=False,
+         CTAS_PER_SM=c)
+    for (bm, bn, bk, s, w, fl, c) in [
+        (128, 256, 64, 3, 8, False, 1),
+        (128, 256, 64, 3, 8, True, 1),
+        (128, 128, 64, 4, 4, True, 1),
+        (128, 128, 64, 4, 8, False, 1),
+        (128, 128, 128, 3, 8, False, 1),
+        (128, 128, 64, 2, 4, False, 2),
+        (64, 128, 64, 3, 4, False, 2),
+        (64, 256, 64, 3, 8, False, 2),
     ]
 ]
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1, FLATTEN=False,
-                          WARP_SPECIALIZE=False)
+                          WARP_SPECIALIZE=False, CTAS_PER_SM=1)
 
 
 def stats_width(device: torch.device) -> int:
@@ -331,18 +338,20 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         _ensure_allocator()
     else:
         num_sms = 4
+    cfg = dict(cfg)
+    programs = num_sms * cfg.pop("CTAS_PER_SM", 1)  # the persistent grid's size and stride
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     dot_precision = "ieee"
     if a.dtype == torch.float32 and a.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
     dummy = out  # never touched: the flags that would read it are off
-    epilogue_gemm_kernel[(min(num_sms, tiles),)](
+    epilogue_gemm_kernel[(min(programs, tiles),)](
         a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
         STATS=STATS[epilogue.stats], W_KN=w_kn, DOT_PRECISION=dot_precision,
-        NUM_SMS=num_sms, **cfg,
+        NUM_SMS=programs, **cfg,
     )
 
 

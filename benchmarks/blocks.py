@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from e2e import LossInside, bench, rel_err
+from e2e import LossInside, bench, make_step, rel_err
 
 PEAK_FLOPS, PEAK_BYTES = 790e12, 4.3e12
 
@@ -110,24 +110,6 @@ def build(spec: dict, train: bool, device: str, dtype: torch.dtype):
     return model, inputs, sol_ms
 
 
-def make_step(compiled, inputs, spec, train: bool):
-    hf = spec["kind"] == "hf"
-
-    def infer():
-        with torch.no_grad():
-            out = compiled(**inputs)
-            return out.logits if hf else out
-
-    def train_step():
-        for p in compiled.parameters():
-            p.grad = None
-        loss = compiled(**inputs, labels=inputs["input_ids"]).loss if hf else compiled(**inputs)
-        loss.backward()
-        return loss.detach()
-
-    return train_step if train else infer
-
-
 def run_block(name: str, spec: dict, train: bool, args) -> dict:
     import norm_fusion_inductor as nfi
 
@@ -142,12 +124,12 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     compilers["norm_fusion"] = dict(backend="norm_fusion", options={"norm_fusion": {
         "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS}})
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
-    eager = make_step(model, inputs, spec, train)()
+    eager = make_step(model, inputs, train)()
     fns = {}
     for cname, kwargs in compilers.items():
         torch._dynamo.reset()
         nfi.clear_reports()
-        step = make_step(torch.compile(model, **kwargs), inputs, spec, train)
+        step = make_step(torch.compile(model, **kwargs), inputs, train)
         start = time.perf_counter()
         out = step()
         if device == "cuda":

@@ -147,6 +147,15 @@ def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> d
     """``measure(site)`` (GPU timings, a tuned plan), once per site key: from memory, the disk cache, or measured
     now (and stored). The plan is stored as [prologue, config] in JSON and returned as a tuple."""
     key = _key(site) + ("" if kind == "times" else "|" + kind)
+    entry = dict(_disk_cached(key, config, lambda: measure(site)))
+    for name in ("plan", "direct_plan"):
+        if entry.get(name) is not None:
+            entry[name] = tuple(entry[name])
+    return entry
+
+
+def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
+    """``measure()`` once per key: from memory, the disk cache, or measured now (and stored)."""
     if key not in _MEMORY:
         try:
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
@@ -155,7 +164,7 @@ def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> d
     if key not in _MEMORY:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            value = measure(site)
+            value = measure()
         try:  # what other processes stored meanwhile (a child process's tuned plan, _compiled_check) is kept
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
@@ -169,11 +178,7 @@ def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> d
             tmp.replace(path)
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
-    entry = dict(_MEMORY[key])
-    for name in ("plan", "direct_plan"):
-        if entry.get(name) is not None:
-            entry[name] = tuple(entry[name])
-    return entry
+    return _MEMORY[key]
 
 
 def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
@@ -687,7 +692,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     if config.policy == "never":
         return Choice(False, "unfused", "policy=never")
     if device.type != "cuda":
-        if eg._interpret():
+        if eg.interpret_mode():
             return Choice(True, "regrouped_triton", "Triton interpreter")
         if config.policy == "always":
             return Choice(True, "reference", "policy=always (no kernel on this device: torch reference)")
@@ -716,32 +721,15 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     from .kernels import epilogue_gemm as eg
 
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
-                                      _kernel_source_hash(eg), "epilogue", eg._bucket(site.M),
+                                      _kernel_source_hash(eg), "epilogue", eg.m_bucket(site.M),
                                       *dataclasses.astuple(site)[1:]))
-    if key not in _MEMORY:
-        try:
-            _MEMORY.update(json.loads(_cache_file(config).read_text()))
-        except (OSError, ValueError):
-            pass
-    if key not in _MEMORY:
-        with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            _MEMORY[key] = _measure_epilogue(site)
-        try:
-            path = _cache_file(config)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(_MEMORY, indent=0))
-            tmp.replace(path)
-        except OSError:
-            pass
-    return _MEMORY[key]
+    return _disk_cached(key, config, lambda: _measure_epilogue(site))
 
 
 def _measure_epilogue(site: EpilogueSite) -> dict:
     from triton.testing import do_bench_cudagraph
 
     from . import regrouped
-    from .kernels import epilogue_gemm as eg
 
     M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
     a = torch.randn(M, K, device=dev, dtype=dt)

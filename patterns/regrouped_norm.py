@@ -30,7 +30,7 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
-from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer, size_hint
+from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default

@@ -27,27 +27,18 @@ tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
+from .common import ensure_allocator, interpret_mode, m_bucket
+from .common import num_sms as _num_sms  # a module name tests can stand in for (no GPU to ask)
+from .common import tile_coords
+
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
 GATED = ("silu_mul", "gelu_mul", "gelu_tanh_mul")  # act(gate) · up
 STATS = {"none": 0, "rms": 1, "ln": 2}
-
-
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Grouped ordering: GROUP_M row blocks advance together along N so their A tiles stay in L2."""
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = tile_id // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -166,7 +157,7 @@ def epilogue_gemm_kernel(
     num_tiles = num_pid_m * num_pid_n
 
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if HAS_RESIDUAL:  # issued before the k-loop: its latency hides under the mainloop
@@ -269,28 +260,6 @@ def num_segments(N: int, device: torch.device) -> int:
     return triton.cdiv(N, stats_width(device))
 
 
-def _interpret() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need a small global scratch buffer from Triton's allocator."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        def alloc(size: int, alignment: int, stream):
-            return torch.empty(size, device="cuda", dtype=torch.int8)
-
-        triton.set_allocator(alloc)
-
-
 def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: Epilogue) -> str | None:
     """None if the kernel takes these operands, else the reason, naming the cause."""
     if a.dim() != 2 or w.dim() != 2:
@@ -299,7 +268,7 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"dtype {a.dtype} is not supported"
     if w.dtype != a.dtype:
         return f"weight dtype {w.dtype} differs from the input's {a.dtype}"
-    if a.device.type != "cuda" and not _interpret():
+    if a.device.type != "cuda" and not interpret_mode():
         return f"no Triton kernel for device {a.device.type}"
     if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] < 9:
         return "tensor descriptors (TMA) need sm_90 or newer"
@@ -335,7 +304,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     N = w.shape[1 if w_kn else 0]
     if a.is_cuda:
         num_sms = _num_sms(a.device.index or 0)
-        _ensure_allocator()
+        ensure_allocator()
     else:
         num_sms = 4
     cfg = dict(cfg)
@@ -358,11 +327,6 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
 _TUNED: dict = {}
 
 
-def _bucket(m: int) -> int:
-    """Tuning key for M: one tuning per power of two."""
-    return 1 << max(m - 1, 0).bit_length()
-
-
 def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     """The fastest block config for this shape bucket and epilogue, timed once per process (``run(cfg)`` launches
     one config); the interpreter has one config."""
@@ -370,7 +334,7 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     if len(configs) == 1:
         return configs[0]
     N = w.shape[1 if w_kn else 0]
-    key = (_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
+    key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
     if key not in _TUNED:
         from triton.testing import do_bench_cudagraph
 

@@ -77,23 +77,17 @@ Gluon kernels into its generated code: a traced Gluon plan launches through a th
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Grouped ordering: GROUP_M row blocks advance together along N so their A tiles stay in L2."""
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = tile_id // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
+# module-level names so that tests can stand in for the device queries (no GPU to ask)
+from .common import ensure_allocator as _ensure_allocator
+from .common import interpret_mode as _env_interpret
+from .common import m_bucket as _bucket
+from .common import num_sms as _num_sms
+from .common import tile_coords as _tile_coords
 
 
 @triton.jit
@@ -501,28 +495,6 @@ _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_st
                            WARP_SPECIALIZE=False, FLATTEN=False)
 
 
-def _env_interpret() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need a small global scratch buffer from Triton's allocator."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        def alloc(size: int, alignment: int, stream):
-            return torch.empty(size, device="cuda", dtype=torch.int8)
-
-        triton.set_allocator(alloc)
-
-
 def _traced(x: torch.Tensor) -> bool:
     """Whether the pass is tracing the op into its graph (fake/functional tensors) rather than running it."""
     return isinstance(x, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor))
@@ -532,11 +504,6 @@ def _launcher(kernel, x: torch.Tensor):
     """The kernel itself when called on real tensors; wrapped by ``torch.library.wrap_triton`` while Inductor's
     pass traces the op into its graph, so the generated code launches it directly."""
     return torch.library.wrap_triton(kernel) if _traced(x) else kernel
-
-
-def _bucket(m: int) -> int:
-    """Autotuning key for M: one tuning per power of two, so varying batch sizes do not retune every call."""
-    return 1 << max(m - 1, 0).bit_length()
 
 
 _TUNED: dict = {}

@@ -499,26 +499,54 @@ def _norm_input(rsqrt: Node) -> Optional[tuple[str, Node]]:
     return None
 
 
-def _fed(rsqrt: Node, backward: set) -> tuple[str, set]:
-    """What the normalized tensor reaches through pointwise and view ops: "attention", "matmul" or "other", and
-    the names of the ops it stops at."""
-    seen, stack, stops = set(), [rsqrt], set()
+def _fed(rsqrt: Node, backward: set) -> tuple[str, set, list]:
+    """What the normalized tensor reaches through pointwise and view ops: "attention", "matmul" or "other", the
+    names of the ops it stops at, and (for a matmul) the nodes on the way to it."""
+    seen, stack, stops, parent = set(), [rsqrt], set(), {}
     while stack:
         node = stack.pop()
         for user in node.users:
             if user in seen or user in backward:
                 continue
             seen.add(user)
+            parent[user] = node
             name = str(user.target)
             if any(a in name for a in ATTENTION_NAMES):
-                return "attention", {name}
+                return "attention", {name}, []
             if user.target in (aten.mm.default, aten.addmm.default, aten.bmm.default):
-                return "matmul", {name}
+                path, n = [], user
+                while n in parent:
+                    path.append(n)
+                    n = parent[n]
+                return "matmul", {name}, path[::-1]
             if user.target in _THROUGH or user.target == operator.getitem:
                 stack.append(user)
             else:
                 stops.add(name)
-    return "other", stops
+    return "other", stops, []
+
+
+_LAYOUT_OPS = (aten.permute.default, aten.transpose.int, aten.expand.default, aten.slice.Tensor, aten.cat.default)
+
+
+def _matmul_form_reason(x: Node, path: list) -> str:
+    """Why no family took a norm that does reach a matmul, naming the cause: a layout change on the way, a
+    batched matmul, an input that is not row-major."""
+    matmul = path[-1]
+    x_val = x.meta["val"]
+    if not x_val.is_contiguous():
+        return (f"feeds a matmul, but the norm's input is not row-major (shape {tuple(x_val.shape)}, strides "
+                f"{tuple(x_val.stride())}): the fused GEMMs read it as contiguous [M, K] rows")
+    layout = [str(n.target).split(".")[-2] for n in path[:-1] if n.target in _LAYOUT_OPS]
+    if layout:
+        return (f"reaches the matmul through {', '.join(layout)} (a transposed, broadcast or sliced layout): the "
+                "fused GEMMs take the normalized rows as the A operand, [M, K] row-major")
+    if matmul.target == aten.bmm.default:
+        return "feeds a batched matmul (aten.bmm), which no family fuses"
+    if matmul.target in (aten.mm.default, aten.addmm.default) and matmul.args[-1] is path[-2]:
+        return "is the matmul's B operand (the weight side), not its A operand"
+    return ("feeds a matmul in a form no family matched (on the way: "
+            + ", ".join(str(n.target).split(".")[-2] for n in path) + ")")
 
 
 def report_leftover_norms(graph: Graph, ctx) -> None:
@@ -531,7 +559,7 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         if found is None:
             continue
         norm, x = found
-        fed, stops = _fed(node, ctx.backward)
+        fed, stops, path = _fed(node, ctx.backward)
         if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
             reason = ("feeds attention: a per-head q/k norm (QK-norm) that the qk_norm_attention family did not "
@@ -542,7 +570,7 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
                       "→ norm block (its own record says why not here)")
         elif fed == "matmul":
             site = ctx.site("standalone", norm, node)
-            reason = "feeds a matmul in a form no family matched (a batched matmul, or an unusual operand)"
+            reason = _matmul_form_reason(x, path)
         else:
             site = ctx.site("standalone", norm, node)
             reason = "feeds no matmul or attention (its readers: " + ", ".join(sorted(stops)[:4]) + ")"

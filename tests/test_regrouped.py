@@ -232,3 +232,39 @@ def test_every_block_config_matches_float64(index):
     rstd, mean = regrouped.finish_stats(partials, N, 1e-5, "ln")
     assert rel(rstd, torch.rsqrt(out.double().var(-1, unbiased=False) + 1e-5)) < 1e-5
     assert rel(mean, out.double().mean(-1)) < 1e-5
+
+
+def test_unfused_reason_names_the_layout():
+    """A normalized tensor that reaches a matmul only through a transpose is reported with that cause."""
+
+    class Transposed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.RMSNorm(32)
+
+        def forward(self, x, y):
+            return self.norm(x).transpose(-1, -2) @ y
+
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    x, y = torch.randn(2, 8, 32, device=DEVICE), torch.randn(2, 8, 5, device=DEVICE)
+    model = Transposed().to(DEVICE)
+    out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x, y)
+    assert rel(out, model(x, y)) < 1e-5
+    (site,) = [s for s in nfi.reports() if not s.rewritten]
+    assert "through permute" in site.reason and "row-major" in site.reason, site.reason
+
+
+@pytest.mark.parametrize("epilogue", [EPILOGUES[2], EPILOGUES[3]], ids=["consumer", "producer"])
+def test_opcheck(epilogue):
+    """torch.library.opcheck: schema, fake implementation, dispatch under AOTAutograd (dynamic shapes)."""
+    M, K, N = 24, 32, 64
+    a = torch.randn(M, K, device=DEVICE, dtype=DTYPES[0])
+    w = torch.randn(N, K, device=DEVICE, dtype=DTYPES[0])
+    vec = lambda n: torch.rand(n, device=DEVICE) + 0.5  # noqa: E731
+    args = (a, w, vec(N) if epilogue.bias else None,
+            torch.randn(M, N, device=DEVICE, dtype=DTYPES[0]) if epilogue.residual else None,
+            vec(M) if epilogue.row_norm != "none" else None, vec(M) if epilogue.row_norm == "ln" else None,
+            vec(N) if epilogue.row_norm == "ln" else None, epilogue.row_norm, epilogue.activation,
+            epilogue.write_aux, epilogue.stats, False)
+    torch.library.opcheck(torch.ops.norm_fusion.epilogue_gemm.default, args)

@@ -1,0 +1,143 @@
+"""Randomized checks of the regrouped-normalization GEMM (``norm_fusion::epilogue_gemm``) against float64.
+
+Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an activation or a gated pair, with or
+without the stored pre-activation; producer: bias, residual and RMSNorm or LayerNorm partial statistics, the
+stream's mean up to 1000 σ), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
+a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
+Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
+for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
+
+    python tests/fuzz_regrouped.py --cases 1000            # on the GPU: one device call, a summary per family
+    python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
+
+``tests/test_regrouped.py`` runs a few CPU cases of it in the normal suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from norm_fusion_inductor import regrouped
+from norm_fusion_inductor.kernels import epilogue_gemm as eg
+
+FAMILIES = ("consumer", "producer")
+
+
+def _operand(rng: random.Random, rows: int, cols: int, device, dtype, layout: str) -> torch.Tensor:
+    if layout == "transposed":
+        return torch.randn(cols, rows, device=device, dtype=dtype).t()
+    if layout == "sliced":
+        return torch.randn(rows, cols + rng.choice([1, 8, 64]), device=device, dtype=dtype)[:, :cols]
+    return torch.randn(rows, cols, device=device, dtype=dtype)
+
+
+def random_case(rng: random.Random, device: str, max_m: int) -> dict:
+    dtypes = [torch.float16, torch.bfloat16, torch.float32] if device == "cuda" else [torch.float32, torch.float16]
+    family = rng.choice(FAMILIES)
+    if family == "consumer":
+        activation = rng.choice(eg.ACTIVATIONS + eg.GATED)
+        epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "ln"]), bias=rng.random() < 0.5, activation=activation,
+                               write_aux=activation not in eg.GATED and activation != "none" and rng.random() < 0.5)
+    else:
+        epilogue = eg.Epilogue(bias=True, residual=True, stats=rng.choice(["rms", "ln"]))
+    sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
+    M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
+    K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
+    if epilogue.gated:
+        N += N % 2
+    return dict(family=family, epilogue=epilogue, M=M, K=K, N=N, dtype=rng.choice(dtypes),
+                w_kn=rng.random() < 0.3, layout_a=rng.choice(["contiguous", "contiguous", "sliced", "transposed"]),
+                layout_r=rng.choice(["contiguous", "sliced"]), shift=rng.choice([0.0, 0.0, 100.0, 1000.0]))
+
+
+def _reference(a, w, case, bias, residual, scale, shift, u):
+    e = case["epilogue"]
+    acc = a.double() @ (w.double() if case["w_kn"] else w.double().t())
+    if e.row_norm != "none":
+        acc = acc * scale.double()[:, None]
+    if e.row_norm == "ln":
+        acc = acc - shift.double()[:, None] * u.double()[None, :]
+    if bias is not None:
+        acc = acc + bias.double()
+    if residual is not None:
+        acc = acc + residual.double()
+    acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+            "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
+    if e.gated:
+        return acts[e.activation[:-4]](acc[:, 0::2]) * acc[:, 1::2], acc
+    return acts[e.activation](acc), acc
+
+
+def _rel(out, ref) -> float:
+    denom = ref.double().norm()
+    return ((out.double() - ref.double()).norm() / denom).item() if denom > 0 else (out.double() - ref).norm().item()
+
+
+def check_case(case: dict, device: str) -> tuple[str, str]:
+    """("kernel" | "fallback", detail); raises AssertionError on a wrong result."""
+    e, M, K, N, dt = case["epilogue"], case["M"], case["K"], case["N"], case["dtype"]
+    rng = random.Random(hash((M, K, N)))
+    a = _operand(rng, M, K, device, dt, case["layout_a"])
+    w = (torch.randn(K, N, device=device, dtype=dt) if case["w_kn"] else torch.randn(N, K, device=device, dtype=dt))
+    w = w / K ** 0.5
+    # the stream's mean far from 0 (LayerNorm's cancellation case) on the producer, whose statistics it tests
+    bias = torch.randn(N, device=device) + (case["shift"] if e.stats != "none" else 0.0) if e.bias else None
+    residual = _operand(rng, M, N, device, dt, case["layout_r"]) if e.residual else None
+    scale = torch.rand(M, device=device) + 0.5 if e.row_norm != "none" else None
+    shift = torch.randn(M, device=device) if e.row_norm == "ln" else None
+    u = torch.randn(N, device=device) if e.row_norm == "ln" else None
+    reason = eg.unsupported_reason(a, w, case["w_kn"], e)
+    if reason is None and residual is not None and (residual.stride(0) * residual.element_size()) % 16:
+        reason = "residual rows are not 16-byte aligned"
+    out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
+                                                 e.write_aux, e.stats, case["w_kn"])
+    ref, z = _reference(a, w, case, bias, residual, scale, shift, u)
+    tol = 1e-4 if dt == torch.float32 else 2e-2
+    err = _rel(out, ref)
+    assert torch.isfinite(out).all() and err < tol, f"output error {err:.2e} (tol {tol}) in {case}"
+    if e.write_aux:
+        assert _rel(aux, z) < tol, f"aux error {_rel(aux, z):.2e} in {case}"
+    if e.stats != "none":
+        zs = out.double()  # the statistics are of z as stored
+        rstd, mean = regrouped.finish_stats(partials, N, 1e-5, e.stats)
+        var = zs.var(-1, unbiased=False) if e.stats == "ln" else zs.square().mean(-1)
+        assert _rel(rstd, torch.rsqrt(var + 1e-5)) < 1e-3, f"rstd error {_rel(rstd, torch.rsqrt(var + 1e-5)):.2e}"
+        if mean is not None:
+            assert _rel(mean, zs.mean(-1)) < 1e-4, f"mean error {_rel(mean, zs.mean(-1)):.2e} in {case}"
+    return ("kernel", f"err {err:.1e}") if reason is None else ("fallback", reason)
+
+
+def run(cases: int, seed: int, device: str, max_m: int) -> dict:
+    """{family: Counter of outcomes}; raises on the first wrong result."""
+    rng = random.Random(seed)
+    summary = {f: collections.Counter() for f in FAMILIES}
+    for _ in range(cases):
+        case = random_case(rng, device, max_m)
+        path, detail = check_case(case, device)
+        summary[case["family"]][path if path == "kernel" else f"fallback: {detail.split(' (')[0]}"] += 1
+    return summary
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-m", type=int, default=300_000)
+    args = p.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    summary = run(args.cases, args.seed, device, args.max_m)
+    for family, counts in summary.items():
+        print(f"{family}: {sum(counts.values())} cases, 0 wrong")
+        for outcome, n in counts.most_common():
+            print(f"  {n:5d}  {outcome}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

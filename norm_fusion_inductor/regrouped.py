@@ -38,17 +38,53 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
                   shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
                   stats: str, w_kn: bool) -> tuple[Tensor, Tensor, Tensor]:
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None)
-    reason = kernel.unsupported_reason(a, w, w_kn, epilogue)
-    for name, t in (("residual", residual),):
-        if reason is None and t is not None and (t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16
-                                                 or t.data_ptr() % 16):
-            reason = f"{name} rows are not 16-byte aligned or not contiguous (TMA)"
+    a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
     if reason is not None:
         _warn_once(reason)
         return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn)
     contig = [t.contiguous() if t is not None else None for t in (bias, scale, shift, u)]
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
                                 scale=contig[1], shift=contig[2], u=contig[3])
+
+
+def _tma_ready(t: Tensor) -> bool:
+    return t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
+def _fresh(t: Tensor) -> Tensor:
+    return t if _tma_ready(t) else t.clone(memory_format=torch.contiguous_format)
+
+
+def prepare(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool, epilogue: kernel.Epilogue):
+    """(a, w, residual, None) in layouts the kernel reads, or the operands and the reason it cannot run them."""
+    if a.dtype in (torch.float16, torch.bfloat16, torch.float32) and w.dtype == a.dtype and a.dim() == w.dim() == 2:
+        a, w, residual = _tma_operands(a, w, residual, w_kn)
+    reason = kernel.unsupported_reason(a, w, w_kn, epilogue)
+    if reason is None and residual is not None and not _tma_ready(residual):
+        reason = f"residual rows are not 16-byte aligned (TMA; strides {tuple(residual.stride())})"
+    return a, w, residual, reason
+
+
+def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
+    """The operands in layouts TMA reads: a transposed or sliced view copied, K padded with zeros (on both
+    operands: they add nothing to the products) where its rows are not 16-byte aligned. A copy is one pass over
+    the operand; the torch fallback would be an fp32 matmul."""
+    K = a.shape[1]
+    align = 16 // a.element_size()
+    if K % align:
+        padded = -(-K // align) * align
+        a_p = a.new_zeros(a.shape[0], padded)
+        a_p[:, :K] = a
+        w_p = w.new_zeros((padded, w.shape[1]) if w_kn else (w.shape[0], padded))
+        if w_kn:
+            w_p[:K] = w
+        else:
+            w_p[:, :K] = w
+        a, w = a_p, w_p
+    a, w = _fresh(a), _fresh(w)
+    if residual is not None and (residual.shape[1] * residual.element_size()) % 16 == 0:
+        residual = _fresh(residual)
+    return a, w, residual
 
 
 @epilogue_gemm.register_fake

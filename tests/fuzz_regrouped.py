@@ -92,9 +92,7 @@ def check_case(case: dict, device: str) -> tuple[str, str]:
     scale = torch.rand(M, device=device) + 0.5 if e.row_norm != "none" else None
     shift = torch.randn(M, device=device) if e.row_norm == "ln" else None
     u = torch.randn(N, device=device) if e.row_norm == "ln" else None
-    reason = eg.unsupported_reason(a, w, case["w_kn"], e)
-    if reason is None and residual is not None and (residual.stride(0) * residual.element_size()) % 16:
-        reason = "residual rows are not 16-byte aligned"
+    reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do
     out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
                                                  e.write_aux, e.stats, case["w_kn"])
     ref, z = _reference(a, w, case, bias, residual, scale, shift, u)

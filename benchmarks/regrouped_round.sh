@@ -1,6 +1,7 @@
 # One GPU round of the regrouped normalization: its tests, the epilogue GEMM against cuBLAS, and the blocks.
 #   bash benchmarks/regrouped_round.sh PART   (PART: a = tests, the epilogue GEMMs, the recsys towers;
-#                                              b = the Llama-3-8B, Qwen3 and GPT-2-medium layers)
+#                                              b = the Llama-3-8B and Qwen3 layers; c = the recsys towers with
+#                                              max-autotune; d = 1000 fuzzed cases of the epilogue GEMM)
 set -o pipefail
 source benchmarks/device_setup.sh
 cd /tmp/site
@@ -17,6 +18,9 @@ b)
   timeout 100 python -m pytest tests/test_regrouped.py -q -x -p no:warnings 2>&1 | tail -4 | tee $OUT/tests.log
   (cd benchmarks && timeout 420 python blocks.py --blocks llama3_8b_layer qwen3_1p7b_layer --rounds 3 \
      --backends default norm_fusion --json $OUT/blocks_b.json 2>&1 | tee $OUT/blocks_b.log)
+  ;;
+d)
+  timeout 500 python tests/fuzz_regrouped.py --cases 1000 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
   ;;
 c)
   (cd benchmarks && timeout 420 python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 \

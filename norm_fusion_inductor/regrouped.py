@@ -10,7 +10,8 @@ RMSNorm is the consumer with μ = 0 and no u. LN(z) W'ᵀ + b' = rstd·(z − μ
 form; the normalized tensor is never written, and the GEMM that produced z never writes a separate norm output.
 
 ``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
-stats, w_kn) -> (out, aux, partials)``: the kernel ``kernels.epilogue_gemm`` where it runs (CUDA sm_90+, or the
+stats, w_kn, residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
+residual_bias=None) -> (out, aux, partials)``: the kernel ``kernels.epilogue_gemm`` where it runs (CUDA sm_90+, or the
 Triton interpreter), else the same math in torch ops with the reason logged once. No autograd: the pass inserts
 it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 """
@@ -28,23 +29,30 @@ from .kernels import epilogue_gemm as kernel
 from .report import log
 
 
-def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual) -> kernel.Epilogue:
+def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm) -> kernel.Epilogue:
     return kernel.Epilogue(row_norm=row_norm, bias=has_bias, residual=has_residual, activation=activation,
-                           write_aux=write_aux, stats=stats)
+                           write_aux=write_aux, stats=stats, residual_norm=residual_norm)
 
 
 @torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=())
 def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], scale: Optional[Tensor],
                   shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
-                  stats: str, w_kn: bool) -> tuple[Tensor, Tensor, Tensor]:
-    epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None)
+                  stats: str, w_kn: bool, residual_norm: str = "none", residual_scale: Optional[Tensor] = None,
+                  residual_shift: Optional[Tensor] = None, residual_weight: Optional[Tensor] = None,
+                  residual_bias: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
+                         residual_norm)
+    res_norm = None
+    if residual_norm != "none":
+        res_norm = kernel.ResidualNorm(*(t.contiguous() if t is not None else None for t in (
+            residual_scale, residual_shift, residual_weight, residual_bias)))
     a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
     if reason is not None:
         _warn_once(reason)
-        return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn)
+        return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn, res_norm)
     contig = [t.contiguous() if t is not None else None for t in (bias, scale, shift, u)]
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
-                                scale=contig[1], shift=contig[2], u=contig[3])
+                                scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm)
 
 
 def _tma_ready(t: Tensor) -> bool:
@@ -88,7 +96,8 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 
 
 @epilogue_gemm.register_fake
-def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn):
+def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
+      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED
@@ -112,7 +121,8 @@ _ACTIVATIONS = {
 }
 
 
-def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, w_kn: bool):
+def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, w_kn: bool,
+              residual_norm: Optional[kernel.ResidualNorm] = None):
     """The op's math in torch ops (fp32 epilogue), for devices and layouts the kernel does not take."""
     acc = a.float() @ (w.float() if w_kn else w.float().t())
     if epilogue.row_norm != "none":
@@ -122,7 +132,7 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
     if bias is not None:
         acc = acc + bias.float()
     if residual is not None:
-        acc = acc + residual.float()
+        acc = acc + normalized_residual(residual, residual_norm)
     z = acc.to(a.dtype)
     if epilogue.gated:
         act = _ACTIVATIONS[epilogue.activation[:-len("_mul")]]
@@ -143,6 +153,21 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
             d = torch.where(valid, zf - (total / count.clamp(min=1))[..., None], 0.0)
             partials = torch.stack([total.t(), (d * d).sum(-1).t()]).contiguous()
     return out, z if epilogue.write_aux else a.new_empty(0), partials
+
+
+def normalized_residual(residual: Tensor, norm: Optional[kernel.ResidualNorm]) -> Tensor:
+    """The residual in fp32, normalized on load when ``norm`` is given (the kernel's RESIDUAL_NORM)."""
+    r = residual.float()
+    if norm is None:
+        return r
+    r = r * norm.scale.float()[:, None]
+    if norm.shift is not None:
+        r = r - norm.shift.float()[:, None]
+    if norm.weight is not None:
+        r = r * norm.weight.float()
+    if norm.bias is not None:
+        r = r + norm.bias.float()
+    return r
 
 
 # --- graph-side pieces: plain torch functions the pass traces into the graph ------------------------------------

@@ -311,20 +311,25 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
     site.dtype = str(x_val.dtype).replace("torch.", "")
     if reason is None and other_matmuls:
         reason = "a matmul reads the normalized tensor with a weight that is neither [N, K] transposed nor [K, N]"
-    if reason is None and others:
-        reason = ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in others})) +
-                  ", so it would still be written")
     reason = reason or _operand_rejection(x_val, consumers)
     if reason is not None:
         return ctx.reject(site, reason)
+    also_read = None
+    if others:
+        also_read = ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in others}))
+                     + ", so it would still be written")
     regrouped_reason = None
     if "regrouped_norm" in ctx.config.fusions and spec.position == "pre":
         from . import regrouped_norm
 
-        regrouped_reason = regrouped_norm.rewrite_consumers(spec, match, x, gamma, beta, eps, consumers, site, ctx)
+        regrouped_reason = regrouped_norm.rewrite_consumers(spec, match, x, gamma, beta, eps, consumers, others,
+                                                            site, ctx)
         if regrouped_reason is None:
             ctx.claimed.update((normed, x))  # the post-norm family leaves this norm (and its input) alone
             return
+    if also_read is not None:
+        return ctx.reject(site, also_read if regrouped_reason is None or also_read in regrouped_reason
+                          else f"regrouped: {regrouped_reason}; {also_read}")
     if spec.fusion not in ctx.config.fusions:
         return ctx.reject(site, f"regrouped: {regrouped_reason}")
     _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, consumers, x_val, M, K)

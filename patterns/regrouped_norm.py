@@ -12,6 +12,9 @@
   partial row statistics; a tiny finish gives rstd (and μ), which the consumers and the backward read instead
   of a separate reduction over the stream. Without such a producer (the first norm of a stack) the statistics
   stay Inductor's own reduction.
+* **Post-norm** (BERT: ``h = LN(x Wᵀ + b + r)`` read by the next matmuls *and* as the next residual): the next
+  producer reads the un-normalized stream as its residual and normalizes it on load (rstd, μ, γ, β of this
+  norm), so h itself is never written in the forward.
 
 The backward stays Inductor's: it reads x, the statistics and the pre-activation, all of which the rewrite keeps.
 """
@@ -149,6 +152,9 @@ class Site:
     rstd: Node
     mean: Optional[Node]
     record: object  # report.SiteRecord
+    normed: Optional[Node] = None  # the normalized output, when a later producer reads it as its residual
+    gamma: Optional[Node] = None
+    beta: Optional[Node] = None
 
 
 @dataclasses.dataclass
@@ -209,11 +215,26 @@ def _plan_rewrites(consumers, ctx) -> list[_Rewrite]:
     return rewrites
 
 
-def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumers: list, site, ctx) -> Optional[str]:
+def _residual_add(user: Node, normed: Node) -> bool:
+    """``user`` adds the normalized tensor to a matmul's output: a producer that can read it normalized."""
+    if user.target != aten.add.Tensor or len(user.args) != 2 or normed not in user.args:
+        return False
+    found, _ = _producer(user)
+    return found is not None and found[1] is normed
+
+
+def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumers: list, others: list, site,
+                      ctx) -> Optional[str]:
     """Rewrite the norm's matmul consumers into epilogue GEMMs; None if done, else why not (the caller then
-    offers the site to the older prologue path)."""
+    offers the site to the older prologue path). ``others``: the normalized tensor's other forward readers; each
+    must be a residual add of a matmul's output, which the producer link makes normalize on load."""
     from norm_fusion_inductor.selection import choose_epilogue_gemm
 
+    normed = match.output_node()
+    unserved = [u for u in others if not _residual_add(u, normed)]
+    if unserved:
+        return ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in unserved}))
+                + ", which cannot normalize it on load, so it would still be written")
     if not isinstance(eps, (int, float)):
         return "eps is a graph tensor (dynamic shapes)"
     x_val = x.meta["val"]
@@ -243,7 +264,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
             _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K)
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
-    ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site))
+    ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
+                                    beta))
     acts = sorted({rw.activation for rw in rewrites if rw.activation != "none"})
     return _accepted(site, ctx, rewrites, acts, choices)
 
@@ -373,7 +395,8 @@ def apply(graph: Graph, ctx) -> None:
     plus a residual produced it, comes from one epilogue GEMM with its partial statistics."""
     from norm_fusion_inductor.selection import choose_epilogue_gemm
 
-    for site in getattr(ctx, "regrouped_sites", []):
+    by_normed = {s.normed: s for s in ctx.regrouped_sites if s.normed is not None}
+    for site in ctx.regrouped_sites:
         found, why = _producer(site.x)
         if found is None:
             site.record.reason += f"; statistics from Inductor's reduction ({why})"
@@ -390,32 +413,50 @@ def apply(graph: Graph, ctx) -> None:
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue
-        _insert_producer(graph, site, consumer, residual)
+        normalized_from = by_normed.get(residual)
+        _insert_producer(graph, site, consumer, residual, normalized_from)
         site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
+        if normalized_from is not None:
+            site.record.reason += "; it reads its residual, the previous norm's output, normalized on load"
 
 
-def _insert_producer(graph: Graph, site: Site, consumer, residual: Node) -> None:
+def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normalized_from: Optional[Site]) -> None:
+    """``normalized_from``: the residual is that site's normalized output; read its input and normalize it on
+    load instead."""
     mm = consumer.node
     a = mm.args[0] if mm.target == aten.mm.default else mm.args[1]
     x_shape = list(site.x.meta["val"].shape)
     N = x_shape[-1]
     stat_shape = list(site.rstd.meta["val"].shape)
     norm, eps, w_kn = site.norm, site.eps, consumer.weight_kn
+    residual_norm = normalized_from.norm if normalized_from is not None else "none"
 
-    def producer(a, w, bias, residual):
+    def producer(a, w, bias, residual, r_rstd, r_mean, r_gamma, r_beta):
         r = residual.reshape(-1, N).contiguous()
+        r_scale = r_rstd.reshape(-1).float() if r_rstd is not None else None
+        r_shift = (r_rstd * r_mean).reshape(-1).float() if r_mean is not None else None
         z, _, partials = torch.ops.norm_fusion.epilogue_gemm(a, w, bias, r, None, None, None, "none", "none",
-                                                             False, norm, w_kn)
+                                                             False, norm, w_kn, residual_norm, r_scale, r_shift,
+                                                             r_gamma, r_beta)
         rstd, mean = regrouped.finish_stats(partials, N, eps, norm)
         results = [z.view(x_shape), rstd.view(stat_shape)]
         if mean is not None:
             results.append(mean.view(stat_shape))
         return tuple(results)
 
-    outputs = insert_traced(graph, producer, dict(a=a, w=consumer.weight, bias=consumer.bias, residual=residual),
-                            before=site.x)
+    inputs = dict(a=a, w=consumer.weight, bias=consumer.bias, residual=residual, r_rstd=None, r_mean=None,
+                  r_gamma=None, r_beta=None)
+    if normalized_from is not None:
+        src = normalized_from
+        inputs.update(residual=src.x, r_rstd=src.rstd, r_mean=src.mean if src.norm == "ln" else None,
+                      r_gamma=src.gamma, r_beta=src.beta)
+    outputs = insert_traced(graph, producer, inputs, before=site.x)
     site.x.replace_all_uses_with(outputs[0])
     site.rstd.replace_all_uses_with(outputs[1])
     if site.mean is not None:
         site.mean.replace_all_uses_with(outputs[2])
     _erase_dead_chain(graph, site.x)
+    # later links (a producer that reads this stream normalized) use the new nodes
+    site.x, site.rstd = outputs[0], outputs[1]
+    if site.mean is not None:
+        site.mean = outputs[2]

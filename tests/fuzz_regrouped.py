@@ -1,8 +1,8 @@
 """Randomized checks of the regrouped-normalization GEMM (``norm_fusion::epilogue_gemm``) against float64.
 
 Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an activation or a gated pair, with or
-without the stored pre-activation; producer: bias, residual and RMSNorm or LayerNorm partial statistics, the
-stream's mean up to 1000 σ), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
+without the stored pre-activation; producer: bias, residual (optionally normalized on load) and RMSNorm or LayerNorm partial statistics,
+the stream's mean up to 1000 σ), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
 a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
 for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
@@ -45,7 +45,8 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
         epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "ln"]), bias=rng.random() < 0.5, activation=activation,
                                write_aux=activation not in eg.GATED and activation != "none" and rng.random() < 0.5)
     else:
-        epilogue = eg.Epilogue(bias=True, residual=True, stats=rng.choice(["rms", "ln"]))
+        epilogue = eg.Epilogue(bias=True, residual=True, stats=rng.choice(["rms", "ln"]),
+                               residual_norm=rng.choice(["none", "rms", "ln"]))
     sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
     M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
     K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
@@ -56,7 +57,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 layout_r=rng.choice(["contiguous", "sliced"]), shift=rng.choice([0.0, 0.0, 100.0, 1000.0]))
 
 
-def _reference(a, w, case, bias, residual, scale, shift, u):
+def _reference(a, w, case, bias, residual, scale, shift, u, res_norm):
     e = case["epilogue"]
     acc = a.double() @ (w.double() if case["w_kn"] else w.double().t())
     if e.row_norm != "none":
@@ -66,7 +67,7 @@ def _reference(a, w, case, bias, residual, scale, shift, u):
     if bias is not None:
         acc = acc + bias.double()
     if residual is not None:
-        acc = acc + residual.double()
+        acc = acc + regrouped.normalized_residual(residual, res_norm).double()
     acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
             "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
     if e.gated:
@@ -92,10 +93,18 @@ def check_case(case: dict, device: str) -> tuple[str, str]:
     scale = torch.rand(M, device=device) + 0.5 if e.row_norm != "none" else None
     shift = torch.randn(M, device=device) if e.row_norm == "ln" else None
     u = torch.randn(N, device=device) if e.row_norm == "ln" else None
+    res_norm = None
+    if e.residual_norm != "none":
+        res_norm = eg.ResidualNorm(torch.rand(M, device=device) + 0.5,
+                                   torch.randn(M, device=device) if e.residual_norm == "ln" else None,
+                                   torch.rand(N, device=device) + 0.5 if rng.random() < 0.8 else None,
+                                   torch.randn(N, device=device) if e.residual_norm == "ln" else None)
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do
     out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
-                                                 e.write_aux, e.stats, case["w_kn"])
-    ref, z = _reference(a, w, case, bias, residual, scale, shift, u)
+                                                 e.write_aux, e.stats, case["w_kn"], e.residual_norm,
+                                                 *((res_norm.scale, res_norm.shift, res_norm.weight, res_norm.bias)
+                                                   if res_norm else (None,) * 4))
+    ref, z = _reference(a, w, case, bias, residual, scale, shift, u, res_norm)
     tol = 1e-4 if dt == torch.float32 else 2e-2
     err = _rel(out, ref)
     assert torch.isfinite(out).all() and err < tol, f"output error {err:.2e} (tol {tol}) in {case}"

@@ -396,6 +396,12 @@ def _epilogue_gemm(eg):
                   scale=rows)
     eg.launch(eg.GPU_CONFIGS[3], a, w_kn, _empty(M, N), epilogue=eg.Epilogue(residual=True, stats="rms"), w_kn=True,
               residual=_empty(M, N), partials=_empty(1, N // 128, M, dtype=torch.float32))
+    # a post-norm stream read as its normalized value (LayerNorm with γ and β; RMSNorm with γ)
+    for kind, shift, bias in (("ln", rows, cols), ("rms", None, None)):
+        eg.launch(eg.GPU_CONFIGS[3], a, w, _empty(M, N), residual=_empty(M, N), bias=cols,
+                  epilogue=eg.Epilogue(bias=True, residual=True, stats=kind, residual_norm=kind),
+                  partials=_empty(2 if kind == "ln" else 1, N // 128, M, dtype=torch.float32),
+                  residual_norm=eg.ResidualNorm(rows, shift, cols, bias))
 
 
 def _norm_gemm_gluon(ngg):

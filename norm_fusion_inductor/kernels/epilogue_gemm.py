@@ -10,7 +10,9 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   with u the column sums of the folded w (the mean enters through them; module ``regrouped`` in ops has the
   algebra: LN(x) Wᵀ + b = rstd·(x (Wγ)ᵀ) − rstd·μ·u + (Wβ + b)).
 * ``HAS_BIAS`` — a per-column vector (the linear's bias, or v = Wβ + b).
-* ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer).
+* ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
+  tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
+  (a post-norm block's next residual add: the normalized tensor is never written).
 * ``WRITE_AUX`` — z itself stored to ``aux`` (the pre-activation value that the backward reads).
 * ``STATS`` — the producer side: per row and per BLOCK_N segment of columns, the partial statistics of z as
   stored (rounded to the output dtype, what every reader sees): 1: Σz² (RMSNorm), 2: Σz and Σ(z − z̄_seg)²
@@ -57,6 +59,20 @@ def _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, CENTER: tl
 def _add_columns(acc, vec_ptr, offs_n, N):
     v = tl.load(vec_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
     return acc + v[None, :]
+
+
+@triton.jit
+def _normalized_residual(r, scale_ptr, shift_ptr, weight_ptr, bias_ptr, offs_m, offs_n, M, N,
+                         CENTER: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The residual tile normalized on load: (r·rstd[m] − (rstd·μ)[m])·γ[n] + β[n] (RMSNorm: no μ term)."""
+    r = r * tl.load(scale_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
+    if CENTER:
+        r = r - tl.load(shift_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
+    if HAS_WEIGHT:
+        r = r * tl.load(weight_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        r = _add_columns(r, bias_ptr, offs_n, N)
+    return r
 
 
 @triton.jit
@@ -120,9 +136,12 @@ def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, 
 @triton.jit
 def epilogue_gemm_kernel(
     a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
+    res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr,
     M, N, K, stride_am, stride_wn, stride_om, stride_rm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
+    RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
+    HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
@@ -179,7 +198,11 @@ def epilogue_gemm_kernel(
         if HAS_BIAS:
             acc = _add_columns(acc, bias_ptr, offs_n, N)
         if HAS_RESIDUAL:
-            acc = acc + residual.to(tl.float32)
+            r = residual.to(tl.float32)
+            if RESIDUAL_NORM != 0:
+                r = _normalized_residual(r, res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, offs_m,
+                                         offs_n, M, N, RESIDUAL_NORM == 2, HAS_RES_WEIGHT, HAS_RES_BIAS)
+            acc = acc + r
         if WRITE_AUX or STATS != 0:
             z_stored = acc.to(dtype)
             if WRITE_AUX:
@@ -201,6 +224,7 @@ class Epilogue:
     row_norm: str = "none"  # "none" | "rms" | "ln"
     bias: bool = False
     residual: bool = False
+    residual_norm: str = "none"  # "none" | "rms" | "ln": the residual read as its normalized value
     activation: str = "none"  # ACTIVATIONS or GATED
     write_aux: bool = False
     stats: str = "none"  # "none" | "rms" | "ln"
@@ -208,6 +232,10 @@ class Epilogue:
     def __post_init__(self):
         if self.row_norm not in STATS:
             raise ValueError(f"epilogue row_norm must be one of {tuple(STATS)}, got {self.row_norm!r}")
+        if self.residual_norm not in STATS:
+            raise ValueError(f"epilogue residual_norm must be one of {tuple(STATS)}, got {self.residual_norm!r}")
+        if self.residual_norm != "none" and not self.residual:
+            raise ValueError("residual_norm needs a residual")
         if self.stats not in STATS:
             raise ValueError(f"epilogue stats must be one of {tuple(STATS)}, got {self.stats!r}")
         if self.activation not in ACTIVATIONS + GATED:
@@ -297,8 +325,19 @@ def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
     return configs
 
 
+@dataclasses.dataclass(frozen=True)
+class ResidualNorm:
+    """The statistics and affine parameters of a residual normalized on load: rstd [M], rstd·μ [M] (LayerNorm),
+    γ [N], β [N] (each optional but rstd)."""
+
+    scale: torch.Tensor
+    shift: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+
+
 def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
-           scale=None, shift=None, u=None, partials=None) -> None:
+           scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None) -> None:
     """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None."""
     M, K = a.shape
     N = w.shape[1 if w_kn else 0]
@@ -316,9 +355,15 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     dummy = out  # never touched: the flags that would read it are off
     epilogue_gemm_kernel[(min(programs, tiles),)](
         a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
+        *(t if t is not None else dummy for t in (
+            (residual_norm.scale, residual_norm.shift, residual_norm.weight, residual_norm.bias)
+            if residual_norm is not None else (None,) * 4)),
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-        WRITE_AUX=aux is not None, ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
+        WRITE_AUX=aux is not None, RESIDUAL_NORM=STATS[epilogue.residual_norm],
+        HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
+        HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
+        ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
         STATS=STATS[epilogue.stats], W_KN=w_kn, DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )
@@ -354,7 +399,8 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
 
 
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,
-                  residual=None, bias=None, scale=None, shift=None, u=None, config: dict | None = None):
+                  residual=None, bias=None, scale=None, shift=None, u=None, residual_norm: ResidualNorm | None = None,
+                  config: dict | None = None):
     """(out, aux, partials) of the composed GEMM (module doc). a [M, K]; w [N, K] (or [K, N] with ``w_kn``);
     out [M, N] (or [M, N/2] gated) in a's dtype; aux [M, N] when ``epilogue.write_aux``; partials
     [1 or 2, num_segments(N), M] fp32 when ``epilogue.stats``; absent ones are empty tensors."""
@@ -371,7 +417,8 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
     partials_out = partials if partials is not None else a.new_empty(0, dtype=torch.float32)
     if M == 0:
         return out, aux_out, partials_out
-    tensors = dict(aux=aux, residual=residual, bias=bias, scale=scale, shift=shift, u=u, partials=partials)
+    tensors = dict(aux=aux, residual=residual, bias=bias, scale=scale, shift=shift, u=u, partials=partials,
+                   residual_norm=residual_norm)
 
     def run(cfg):
         launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, **tensors)

@@ -668,10 +668,11 @@ class EpilogueSite:
     residual: bool
     w_kn: bool
     saved_bytes: int
+    residual_norm: str = "none"
 
 
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
-                         norm_bytes, config: NormFusionConfig) -> Choice:
+                         norm_bytes, config: NormFusionConfig, residual_norm: str = "none") -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -686,9 +687,10 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     out_bytes = M * N * elem
     if row_norm != "none":  # a consumer: the normalized tensor's write (its share), and the activation's trip
         saved = norm_bytes + (2 * out_bytes if activation != "none" else 0) - (out_bytes if write_aux else 0)
-    else:  # the producer: the GEMM output's write and read by the residual add
-        saved = 2 * out_bytes
-    site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved)
+    else:  # the producer: the GEMM output's write and read by the residual add (and the norm output's, when the
+        saved = 2 * out_bytes * (2 if residual_norm != "none" else 1)  # residual is read normalized on load)
+    site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
+                        residual_norm)
     if config.policy == "never":
         return Choice(False, "unfused", "policy=never")
     if device.type != "cuda":
@@ -741,8 +743,13 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
             vec(M) if row else None, vec(M) if site.row_norm == "ln" else None,
             vec(N) if site.row_norm == "ln" else None)
 
+    res_norm = ()
+    if site.residual_norm != "none":
+        res_norm = (site.residual_norm, vec(M), vec(M) if site.residual_norm == "ln" else None, vec(N), vec(N))
+
     def fused():
-        return regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn)
+        return regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn,
+                                       *res_norm)
 
     fused()  # tunes and compiles outside the graph capture
     wt = w if site.w_kn else w.t()

@@ -406,14 +406,15 @@ def apply(graph: Graph, ctx) -> None:
         N = x_val.shape[-1]
         M = x_val.numel() // N
         a_val = consumer.node.args[0 if consumer.node.target == aten.mm.default else 1].meta["val"]
+        normalized_from = by_normed.get(residual)
         choice = choose_epilogue_gemm(M, N, a_val.shape[1], x_val.dtype, x_val.device, row_norm="none",
                                       activation="none", write_aux=False, stats=site.norm, residual=True,
                                       w_kn=consumer.weight_kn, norm_bytes=x_val.numel() * x_val.element_size(),
-                                      config=ctx.config)
+                                      config=ctx.config,
+                                      residual_norm=normalized_from.norm if normalized_from is not None else "none")
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue
-        normalized_from = by_normed.get(residual)
         _insert_producer(graph, site, consumer, residual, normalized_from)
         site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
         if normalized_from is not None:

@@ -57,22 +57,31 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 layout_r=rng.choice(["contiguous", "sliced"]), shift=rng.choice([0.0, 0.0, 100.0, 1000.0]))
 
 
-def _reference(a, w, case, bias, residual, scale, shift, u, res_norm):
-    e = case["epilogue"]
-    acc = a.double() @ (w.double() if case["w_kn"] else w.double().t())
-    if e.row_norm != "none":
+def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None, res_norm=None):
+    """(out, z) of the epilogue GEMM in float64, written from the module doc of kernels/epilogue_gemm.py."""
+    acc = a.double() @ (w.double() if w_kn else w.double().t())
+    if epilogue.row_norm != "none":
         acc = acc * scale.double()[:, None]
-    if e.row_norm == "ln":
+    if epilogue.row_norm == "ln":
         acc = acc - shift.double()[:, None] * u.double()[None, :]
     if bias is not None:
         acc = acc + bias.double()
     if residual is not None:
-        acc = acc + regrouped.normalized_residual(residual, res_norm).double()
+        r = residual.double()
+        if res_norm is not None:
+            r = r * res_norm.scale.double()[:, None]
+            if res_norm.shift is not None:
+                r = r - res_norm.shift.double()[:, None]
+            if res_norm.weight is not None:
+                r = r * res_norm.weight.double()
+            if res_norm.bias is not None:
+                r = r + res_norm.bias.double()
+        acc = acc + r
     acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
             "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
-    if e.gated:
-        return acts[e.activation[:-4]](acc[:, 0::2]) * acc[:, 1::2], acc
-    return acts[e.activation](acc), acc
+    if epilogue.gated:
+        return acts[epilogue.activation[:-len("_mul")]](acc[:, 0::2]) * acc[:, 1::2], acc
+    return acts[epilogue.activation](acc), acc
 
 
 def _rel(out, ref) -> float:
@@ -104,7 +113,7 @@ def check_case(case: dict, device: str) -> tuple[str, str]:
                                                  e.write_aux, e.stats, case["w_kn"], e.residual_norm,
                                                  *((res_norm.scale, res_norm.shift, res_norm.weight, res_norm.bias)
                                                    if res_norm else (None,) * 4))
-    ref, z = _reference(a, w, case, bias, residual, scale, shift, u, res_norm)
+    ref, z = reference64(a, w, e, case["w_kn"], bias, residual, scale, shift, u, res_norm)
     tol = 1e-4 if dt == torch.float32 else 2e-2
     err = _rel(out, ref)
     assert torch.isfinite(out).all() and err < tol, f"output error {err:.2e} (tol {tol}) in {case}"

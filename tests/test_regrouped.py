@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor import regrouped
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
+from tests import fuzz_regrouped
 
 CUDA = torch.cuda.is_available()
 REGROUPED = {"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS}}
@@ -30,23 +31,7 @@ def tol(dtype) -> float:
     return 1e-4 if dtype == torch.float32 else 1e-2
 
 
-def _reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None):
-    acc = a.double() @ (w.double() if w_kn else w.double().t())
-    if epilogue.row_norm != "none":
-        acc = acc * scale.double()[:, None]
-    if epilogue.row_norm == "ln":
-        acc = acc - shift.double()[:, None] * u.double()[None, :]
-    if bias is not None:
-        acc = acc + bias.double()
-    if residual is not None:
-        acc = acc + residual.double()
-    acts = {"none": lambda z: z, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-            "silu": F.silu, "relu": F.relu, "relu2": lambda z: F.relu(z) ** 2}
-    if epilogue.gated:
-        out = acts[epilogue.activation[:-4]](acc[:, 0::2]) * acc[:, 1::2]
-    else:
-        out = acts[epilogue.activation](acc)
-    return out, acc
+_reference64 = fuzz_regrouped.reference64
 
 
 EPILOGUES = [
@@ -229,8 +214,7 @@ def test_every_block_config_matches_float64(index):
     out.fill_(float("nan"))
     eg.launch(cfg, a, w, out, epilogue=producer, residual=residual, bias=tensors["bias"], partials=partials,
               residual_norm=res_norm)
-    ref, _ = _reference64(a, w, producer, False, bias=tensors["bias"],
-                          residual=regrouped.normalized_residual(residual, res_norm))
+    ref, _ = _reference64(a, w, producer, False, bias=tensors["bias"], residual=residual, res_norm=res_norm)
     assert rel(out, ref) < tol(dtype)
     rstd, mean = regrouped.finish_stats(partials, N, 1e-5, "ln")
     assert rel(rstd, torch.rsqrt(out.double().var(-1, unbiased=False) + 1e-5)) < 1e-5
@@ -276,8 +260,6 @@ def test_opcheck(epilogue):
 def test_fuzzed_cases_match_float64():
     """A few of tests/fuzz_regrouped.py's random cases (the GPU run takes 1000): every case is right, on the
     kernel or on the op's fallback."""
-    from tests import fuzz_regrouped
-
     summary = fuzz_regrouped.run(cases=24 if CUDA else 12, seed=7, device=DEVICE, max_m=2048 if CUDA else 48)
     assert sum(sum(c.values()) for c in summary.values()) == (24 if CUDA else 12)
     assert any(c["kernel"] for c in summary.values())  # not every case took the fallback

@@ -9,6 +9,11 @@ setup(
     packages=["norm_fusion_inductor", "norm_fusion_inductor.kernels", "norm_fusion_inductor.patterns"],
     package_dir={"norm_fusion_inductor.patterns": "patterns"},
     install_requires=["torch>=2.11", "triton>=3.6"],
-    extras_require={"test": ["pytest>=8,<10", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0"]},
+    extras_require={
+        "test": ["pytest>=8,<10", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0"],
+        # the Quack backend of the regrouped GEMMs (Hopper, Blackwell; Python 3.12 wheels). The pair tested on the
+        # H200: cutlass-dsl 4.8.1 breaks Quack 0.6.5's epilogue fingerprinting ("no fail-closed semantic key")
+        "cute": ["quack-kernels==0.6.5", "nvidia-cutlass-dsl==4.7.1"],
+    },
     entry_points={"torch_dynamo_backends": ["norm_fusion = norm_fusion_inductor.backend:norm_fusion_backend"]},
 )

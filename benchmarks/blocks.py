@@ -122,7 +122,10 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     if "max-autotune" in args.backends and device == "cuda":
         compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
     compilers["norm_fusion"] = dict(backend="norm_fusion", options={"norm_fusion": {
-        "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS}})
+        "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": tuple(args.gemm_backends)}})
+    if "norm_fusion_triton" in args.backends:  # the Triton GEMMs alone, beside the best per GEMM
+        compilers["norm_fusion_triton"] = dict(backend="norm_fusion", options={"norm_fusion": {
+            "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",)}})
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
     eager = make_step(model, inputs, train)()
     fns = {}
@@ -136,14 +139,19 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
             torch.cuda.synchronize()
         row[f"compile_s_{cname}"] = time.perf_counter() - start
         row[f"err_{cname}"] = rel_err(out, eager)
-        if cname == "norm_fusion":
-            row["sites"] = [(s.rewritten, s.fusion, s.shape, s.reason) for s in nfi.reports()]
+        if cname.startswith("norm_fusion"):
+            row["sites" + cname[len("norm_fusion"):]] = [(s.rewritten, s.fusion, s.shape, s.reason)
+                                                         for s in nfi.reports()]
         fns[cname] = step
     row.update({f"t_{k}": v for k, v in bench(fns, device, args.rounds).items()})
-    best = min(row[f"t_{c}"] for c in compilers if c != "norm_fusion")
+    best = min(row[f"t_{c}"] for c in compilers if not c.startswith("norm_fusion"))
     row["speedup_vs_best"] = best / row["t_norm_fusion"]
     row["fused_vs_sol"] = row["t_norm_fusion"] / sol_ms
     return row
+
+
+def best_of(row: dict) -> float:
+    return min(v for k, v in row.items() if k.startswith("t_") and not k.startswith("t_norm_fusion"))
 
 
 def main() -> int:
@@ -153,6 +161,8 @@ def main() -> int:
     p.add_argument("--modes", nargs="*", choices=["inference", "train"], default=["inference", "train"])
     p.add_argument("--backends", nargs="*", default=["default", "max-autotune", "norm_fusion"])
     p.add_argument("--policy", default="auto")
+    p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
+                   help="the plugin's gemm_backends option (norm_fusion_triton in --backends adds a Triton-only run)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json")
     args = p.parse_args()
@@ -176,6 +186,9 @@ def main() -> int:
                   f"{row['t_default']:.3f} | {mat} | {row['t_norm_fusion']:.3f} | {row['speedup_vs_best']:.3f} | "
                   f"{row['fused_vs_sol']:.2f} | {fused} of {len(row['sites'])} | {row['err_norm_fusion']:.1e} |",
                   flush=True)
+            if "t_norm_fusion_triton" in row:
+                print(f"  norm_fusion with the Triton GEMMs alone: {row['t_norm_fusion_triton']:.3f} ms "
+                      f"({best_of(row) / row['t_norm_fusion_triton']:.3f}x the best baseline)", flush=True)
             print("  compile s: " + ", ".join(f"{k[10:]} {v:.1f}" for k, v in row.items()
                                               if k.startswith("compile_s_")), flush=True)
             for s in row["sites"]:

@@ -2,4 +2,4 @@
 rm -rf /tmp/site && mkdir -p /tmp/site
 cp -r norm_fusion_inductor /tmp/site/ && cp -r patterns /tmp/site/norm_fusion_inductor/patterns
 cp -r tests examples benchmarks /tmp/site/
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

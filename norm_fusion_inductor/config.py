@@ -16,6 +16,7 @@ OPT_IN_FUSIONS = ("regrouped_norm",)
 FUSIONS = ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention", "qk_norm_attention")  # every family there is
 KNOWN_FUSIONS = OPT_IN_FUSIONS + FUSIONS
 POLICIES = ("auto", "always", "never")
+GEMM_BACKENDS = ("triton", "quack")
 LAUNCHES = ("direct", "op")
 
 
@@ -57,6 +58,10 @@ class NormFusionConfig:
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
     #: ~0.1–0.15 ms per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting
     min_kernel_ms: float = 0.15
+    #: the GEMM implementations a regrouped chain may run on, timed per GEMM with policy "auto" (the fastest that
+    #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and
+    #: Blackwell, used only where quack-kernels is installed: ``pip install norm_fusion_inductor[cute]``)
+    gemm_backends: tuple = GEMM_BACKENDS
     #: log every site (rewritten or not, and why) to the ``norm_fusion_inductor`` logger at INFO;
     #: the environment variable NORM_FUSION_LOG=1 does the same
     log: bool = False
@@ -72,6 +77,12 @@ class NormFusionConfig:
             if name not in KNOWN_FUSIONS:
                 raise ValueError(f"norm_fusion option 'fusions': unknown fusion {name!r}; "
                                  f"known: {', '.join(KNOWN_FUSIONS)}")
+        _check_type("gemm_backends", self.gemm_backends, (tuple, list))
+        object.__setattr__(self, "gemm_backends", tuple(self.gemm_backends))
+        for name in self.gemm_backends:
+            if name not in GEMM_BACKENDS:
+                raise ValueError(f"norm_fusion option 'gemm_backends': unknown backend {name!r}; "
+                                 f"known: {', '.join(GEMM_BACKENDS)}")
         _check_type("policy", self.policy, str)
         if self.policy not in POLICIES:
             raise ValueError(f"norm_fusion option 'policy' must be one of {POLICIES}, got {self.policy!r}")

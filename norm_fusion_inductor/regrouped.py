@@ -11,9 +11,11 @@ form; the normalized tensor is never written, and the GEMM that produced z never
 
 ``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
 stats, w_kn, residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
-residual_bias=None) -> (out, aux, partials)``: the kernel ``kernels.epilogue_gemm`` where it runs (CUDA sm_90+, or the
-Triton interpreter), else the same math in torch ops with the reason logged once. No autograd: the pass inserts
-it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
+residual_bias=None, backend="triton") -> (out, aux, partials)``: the Triton kernel ``kernels.epilogue_gemm`` where
+it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Quack's CuTe-DSL GEMM
+(``kernels.quack_epilogue_gemm``) where it is installed and takes the epilogue; else the next of those, and the
+same math in torch ops last, with the reason logged once. No autograd: the pass inserts it into joint graphs after
+autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .kernels import epilogue_gemm as kernel
+from .kernels import quack_epilogue_gemm as quack_kernel
 from .report import log
 
 
@@ -39,7 +42,7 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
                   shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
                   stats: str, w_kn: bool, residual_norm: str = "none", residual_scale: Optional[Tensor] = None,
                   residual_shift: Optional[Tensor] = None, residual_weight: Optional[Tensor] = None,
-                  residual_bias: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                  residual_bias: Optional[Tensor] = None, backend: str = "triton") -> tuple[Tensor, Tensor, Tensor]:
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
                          residual_norm)
     res_norm = None
@@ -48,11 +51,39 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
             residual_scale, residual_shift, residual_weight, residual_bias)))
     a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
     if reason is not None:
-        _warn_once(reason)
+        _warn_once(f"runs its torch reference: {reason}")
         return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn, res_norm)
     contig = [t.contiguous() if t is not None else None for t in (bias, scale, shift, u)]
+    if backend == "quack":
+        result = _on_quack(a, w, residual, *contig, epilogue, w_kn)
+        if result is not None:
+            return result
+    elif backend != "triton":
+        raise ValueError(f"epilogue_gemm backend must be 'triton' or 'quack', got {backend!r}")
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
                                 scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm)
+
+
+# (epilogue, a's shape, w's shape, dtype, w_kn, has bias) -> why Quack failed there; not tried again in this process
+QUACK_FAILED: dict = {}
+
+
+def _on_quack(a, w, residual, bias, scale, shift, u, epilogue: kernel.Epilogue, w_kn: bool):
+    """Quack's result, or None (the reason logged once) where it cannot run: the caller runs the Triton kernel.
+    A GEMM Quack failed on (at JIT time, typically) is not tried again in this process."""
+    reason = quack_kernel.unsupported_reason(a, w, w_kn, epilogue)
+    key = (epilogue, tuple(a.shape), tuple(w.shape), a.dtype, w_kn, bias is not None)
+    if reason is None and key in QUACK_FAILED:
+        return None
+    if reason is None:
+        try:
+            return quack_kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=bias,
+                                              scale=scale, shift=shift, u=u)
+        except Exception as e:  # never an exception in the user's step: the Triton kernel computes the same
+            reason = f"Quack failed at {tuple(a.shape)} x {tuple(w.shape)} ({type(e).__name__}: {e})"
+            QUACK_FAILED[key] = reason
+    _warn_once(f"the Quack backend is not used, the Triton kernel runs instead: {reason}")
+    return None
 
 
 def _tma_ready(t: Tensor) -> bool:
@@ -97,7 +128,7 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 
 @epilogue_gemm.register_fake
 def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
-      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None):
+      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton"):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED
@@ -112,7 +143,7 @@ def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, st
 
 @functools.lru_cache(maxsize=None)
 def _warn_once(reason: str) -> None:
-    log.warning("norm_fusion: epilogue_gemm runs its torch reference: %s", reason)
+    log.warning("norm_fusion: epilogue_gemm: %s", reason)
 
 
 _ACTIVATIONS = {

@@ -704,27 +704,41 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     if (K * elem) % 16 or (N * elem) % 16:
         return Choice(False, "unfused", f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
     if config.policy == "always":
+        if "triton" not in config.gemm_backends:
+            return Choice(True, "regrouped_quack", "policy=always")
         return Choice(True, "regrouped_triton", "policy=always")
     try:
         t = _cached_epilogue(site, config)
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
         return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
     bound = t["mm_ms"] + t["saved_ms"]
-    detail = (f"epilogue GEMM {t['fused_ms']:.4f} ms vs unfused lower bound {bound:.4f} ms (cuBLAS "
+    timed = {name: t[f"{name}_ms"] for name in config.gemm_backends if t.get(f"{name}_ms") is not None}
+    if not timed:
+        return Choice(False, "unfused", "no GEMM backend ran: " + "; ".join(
+            f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
+    backend = min(timed, key=timed.get)
+    detail = (f"epilogue GEMM on {backend} {timed[backend]:.4f} ms vs unfused lower bound {bound:.4f} ms (cuBLAS "
               f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
-    if t["fused_ms"] * config.min_speedup >= bound:
+    others = [f"{name} {ms:.4f} ms" for name, ms in timed.items() if name != backend]
+    others += [f"{name} not offered ({t[name + '_reason']})" for name in config.gemm_backends
+               if name not in timed and t.get(name + "_reason")]
+    if others:
+        detail += " (" + "; ".join(others) + ")"
+    if timed[backend] * config.min_speedup >= bound:
         return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
-    return Choice(True, "regrouped_triton", detail)
+    return Choice(True, f"regrouped_{backend}", detail)
 
 
 def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     import triton
 
     from .kernels import epilogue_gemm as eg
+    from .kernels import quack_epilogue_gemm as qg
 
+    quack = qg.version() if qg.missing_reason() is None else "no quack"
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
-                                      _kernel_source_hash(eg), "epilogue", eg.m_bucket(site.M),
-                                      *dataclasses.astuple(site)[1:]))
+                                      _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
+                                      eg.m_bucket(site.M), *dataclasses.astuple(site)[1:]))
     return _disk_cached(key, config, lambda: _measure_epilogue(site))
 
 
@@ -747,16 +761,40 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
     if site.residual_norm != "none":
         res_norm = (site.residual_norm, vec(M), vec(M) if site.residual_norm == "ln" else None, vec(N), vec(N))
 
-    def fused():
-        return regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn,
-                                       *res_norm)
+    def on(backend):
+        return lambda: regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats,
+                                               site.w_kn, *res_norm, backend=backend)
 
-    fused()  # tunes and compiles outside the graph capture
     wt = w if site.w_kn else w.t()
     src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
     dst = torch.empty_like(src)
-    fns = {"fused_ms": fused, "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
+    fns = {"triton_ms": on("triton"), "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
+    times = {}
+    quack_reason = _quack_reason(site, a, w)
+    if quack_reason is None:
+        failed = set(regrouped.QUACK_FAILED)
+        on("quack")()  # JIT-compiles and autotunes (seconds) outside the graph capture; a failure falls back
+        new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]
+        if new:
+            quack_reason = new[0]
+        else:
+            fns["quack_ms"] = on("quack")
+    times["quack_reason"] = quack_reason
     for fn in fns.values():
-        fn()
-    times = {name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()}
+        fn()  # the Triton kernel tunes and compiles outside the graph capture
+    times.update({name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()})
     return times
+
+
+def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:
+    """Why Quack is not timed for this GEMM (None: it is), including an earlier failure in this process."""
+    from . import regrouped
+    from .kernels import epilogue_gemm as eg
+    from .kernels import quack_epilogue_gemm as qg
+
+    epilogue = eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
+                           write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm)
+    reason = qg.unsupported_reason(a, w, site.w_kn, epilogue)
+    if reason is None:
+        reason = next((why for key, why in regrouped.QUACK_FAILED.items() if key[0] == epilogue), None)
+    return reason

@@ -260,8 +260,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
         choices.append((rw, aux, choice))
     graph = x.graph
     try:
-        for rw, aux, _choice in choices:
-            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K)
+        for rw, aux, choice in choices:
+            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, _backend(choice))
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
     ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
@@ -281,7 +281,12 @@ def _accepted(site, ctx, rewrites, acts, choices) -> None:
     return None
 
 
-def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K) -> None:
+def _backend(choice) -> str:
+    """The op's GEMM backend for a choice of selection.choose_epilogue_gemm."""
+    return "quack" if choice.implementation == "regrouped_quack" else "triton"
+
+
+def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, backend: str) -> None:
     consumers = rw.consumers
     c0 = consumers[0]
     scale_c, w_kn = c0.scale, c0.weight_kn
@@ -312,7 +317,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             shift = (rstd * mean).reshape(-1).float()
             u = regrouped.column_sums(w, w_kn)
         out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, biases[0], None, scale, shift, u, norm,
-                                                              rw.activation, aux, "none", w_kn)
+                                                              rw.activation, aux, "none", w_kn, backend=backend)
         results = [out.view(out_shape)]
         if aux:
             if gated:
@@ -415,13 +420,14 @@ def apply(graph: Graph, ctx) -> None:
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue
-        _insert_producer(graph, site, consumer, residual, normalized_from)
+        _insert_producer(graph, site, consumer, residual, normalized_from, _backend(choice))
         site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
         if normalized_from is not None:
             site.record.reason += "; it reads its residual, the previous norm's output, normalized on load"
 
 
-def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normalized_from: Optional[Site]) -> None:
+def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normalized_from: Optional[Site],
+                     backend: str) -> None:
     """``normalized_from``: the residual is that site's normalized output; read its input and normalize it on
     load instead."""
     mm = consumer.node
@@ -438,7 +444,7 @@ def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normali
         r_shift = (r_rstd * r_mean).reshape(-1).float() if r_mean is not None else None
         z, _, partials = torch.ops.norm_fusion.epilogue_gemm(a, w, bias, r, None, None, None, "none", "none",
                                                              False, norm, w_kn, residual_norm, r_scale, r_shift,
-                                                             r_gamma, r_beta)
+                                                             r_gamma, r_beta, backend)
         rstd, mean = regrouped.finish_stats(partials, N, eps, norm)
         results = [z.view(x_shape), rstd.view(stat_shape)]
         if mean is not None:

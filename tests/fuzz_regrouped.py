@@ -9,6 +9,7 @@ for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
 
     python tests/fuzz_regrouped.py --cases 1000            # on the GPU: one device call, a summary per family
     python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
+    python tests/fuzz_regrouped.py --cases 100 --backend quack   # the Quack backend (JIT per new shape: seconds)
 
 ``tests/test_regrouped.py`` runs a few CPU cases of it in the normal suite.
 """
@@ -89,8 +90,9 @@ def _rel(out, ref) -> float:
     return ((out.double() - ref.double()).norm() / denom).item() if denom > 0 else (out.double() - ref).norm().item()
 
 
-def check_case(case: dict, device: str) -> tuple[str, str]:
-    """("kernel" | "fallback", detail); raises AssertionError on a wrong result."""
+def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, str]:
+    """("kernel" | "fallback", detail); raises AssertionError on a wrong result. ``backend``: the op's GEMM
+    backend (a case Quack does not take runs on the Triton kernel, as in the op)."""
     e, M, K, N, dt = case["epilogue"], case["M"], case["K"], case["N"], case["dtype"]
     rng = random.Random(hash((M, K, N)))
     a = _operand(rng, M, K, device, dt, case["layout_a"])
@@ -112,7 +114,7 @@ def check_case(case: dict, device: str) -> tuple[str, str]:
     out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
                                                  e.write_aux, e.stats, case["w_kn"], e.residual_norm,
                                                  *((res_norm.scale, res_norm.shift, res_norm.weight, res_norm.bias)
-                                                   if res_norm else (None,) * 4))
+                                                   if res_norm else (None,) * 4), backend=backend)
     ref, z = reference64(a, w, e, case["w_kn"], bias, residual, scale, shift, u, res_norm)
     tol = 1e-4 if dt == torch.float32 else 2e-2
     err = _rel(out, ref)
@@ -129,14 +131,17 @@ def check_case(case: dict, device: str) -> tuple[str, str]:
     return ("kernel", f"err {err:.1e}") if reason is None else ("fallback", reason)
 
 
-def run(cases: int, seed: int, device: str, max_m: int) -> dict:
-    """{family: Counter of outcomes}; raises on the first wrong result."""
+def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton", progress: int = 0) -> dict:
+    """{family: Counter of outcomes}; raises on the first wrong result. ``progress``: print a line every that many
+    cases (a run cut short by a timeout still says how far it got)."""
     rng = random.Random(seed)
     summary = {f: collections.Counter() for f in FAMILIES}
-    for _ in range(cases):
+    for i in range(cases):
         case = random_case(rng, device, max_m)
-        path, detail = check_case(case, device)
+        path, detail = check_case(case, device, backend)
         summary[case["family"]][path if path == "kernel" else f"fallback: {detail.split(' (')[0]}"] += 1
+        if progress and (i + 1) % progress == 0:
+            print(f"{i + 1} cases, 0 wrong", flush=True)
     return summary
 
 
@@ -145,9 +150,10 @@ def main() -> int:
     p.add_argument("--cases", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-m", type=int, default=300_000)
+    p.add_argument("--backend", default="triton", choices=["triton", "quack"])
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    summary = run(args.cases, args.seed, device, args.max_m)
+    summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50)
     for family, counts in summary.items():
         print(f"{family}: {sum(counts.values())} cases, 0 wrong")
         for outcome, n in counts.most_common():

@@ -1,0 +1,31 @@
+# One GPU round of the Quack backend (issue 25). The kit (../shared/cute, copied to .cute/ as its README says)
+# travels in two calls made back to back on one warm machine:
+#   bash benchmarks/quack_round.sh unpack            (carry .cute/a)
+#   bash benchmarks/quack_round.sh PART              (carry .cute/b; later calls on the same machine too)
+# PART: kernels = the Quack tests and the epilogue GEMMs of both backends at the recsys and Llama shapes;
+#       towers = the recsys towers (default, the plugin with both backends, the plugin with Triton alone);
+#       llama = the Llama-3-8B layer the same way.
+set -o pipefail
+if [ "$1" = unpack ]; then bash .cute/a/unpack.sh; exit $?; fi
+source .cute/b/install.sh || exit 3
+source benchmarks/device_setup.sh
+cd /tmp/site
+OUT=${OUT:-/tmp/out}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee $OUT/gpu.txt
+python -c "import importlib.metadata as m; print(*(f'{d} {m.version(d)}' for d in ('quack-kernels', 'nvidia-cutlass-dsl', 'torch', 'triton')))" 2>&1 | tee $OUT/versions.txt
+case "$1" in
+kernels)
+  timeout 240 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings 2>&1 | tail -25 | tee $OUT/tests.log
+  (cd benchmarks && timeout 320 python epilogue_gemm.py --rounds 3 --backends triton quack \
+     --only 262144x256x1024 131072x512x1024 262144x1024x256 131072x1024x512 16384x4096x28672 \
+     --json $OUT/epilogue.json 2>&1 | tee $OUT/epilogue.log)
+  ;;
+towers)
+  (cd benchmarks && timeout 560 python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 \
+     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
+  ;;
+llama)
+  (cd benchmarks && timeout 560 python blocks.py --blocks llama3_8b_layer --rounds 3 \
+     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
+  ;;
+esac

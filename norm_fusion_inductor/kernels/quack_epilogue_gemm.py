@@ -1,0 +1,161 @@
+"""The composed-epilogue GEMM on Quack's CuTe-DSL GEMM (Hopper and Blackwell): the second implementation of
+``norm_fusion::epilogue_gemm`` (regrouped.py), with the epilogue math of the Triton kernel (epilogue_gemm.py):
+
+    z   = rstd ⊙ acc − (rstd·μ) ⊗ u + b + C        row scale, LayerNorm's mean correction, column bias, residual
+    out = act(z),  or act(z_gate) · z_up            gate/up interleaved along N (even columns gate, odd up)
+    aux = z;  Σ_n z² per row                        RMSNorm statistics (Quack folds its per-tile partials)
+
+Quack's GEMM overlaps one tile's epilogue with the next tile's mainloop (warp-specialized producer and consumer
+warp groups), which the Triton kernel cannot in Triton 3.6. Each combination of pieces is one generated
+function for Quack's ``gemm_epilogue`` frontend, so an absent piece is absent from the kernel (how Quack's
+``epilogue/library.py`` builds ``norm_act_mod``). Not offered here, and left to the Triton kernel: LayerNorm
+statistics (Quack's reductions are running sums, Σz and Σz², which cancel for |μ| ≫ σ; the Triton kernel keeps
+per-tile centred sums), a residual normalized on load, fp32 data, and GELU(erf) · up (no Quack pair function).
+Quack JIT-compiles and autotunes each new shape and epilogue on its first call (seconds), cached on disk.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from .epilogue_gemm import STATS, Epilogue, num_segments
+
+# our activation names -> Quack's (quack.activation.act_fn_map / gate_fn_map)
+ACTIVATIONS = {"none": None, "relu": "relu", "gelu": "gelu_erf", "gelu_tanh": "gelu_tanh_approx", "silu": "silu",
+               "relu2": "relu_sq"}
+GATED = {"silu_mul": "swiglu", "gelu_tanh_mul": "geglu"}
+
+
+@functools.lru_cache(maxsize=None)
+def missing_reason() -> Optional[str]:
+    """None if Quack and the CuTe DSL import, else why not (the backend is then not offered)."""
+    try:
+        import quack  # noqa: F401
+        from quack.epilogue import frontend  # noqa: F401
+    except Exception as e:  # ImportError, or a CUDA/driver error from the DSL
+        return f"quack-kernels is not importable ({type(e).__name__}: {e}); pip install norm_fusion_inductor[cute]"
+    return None
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return f"quack {dist_version('quack-kernels')} cutlass-dsl {dist_version('nvidia-cutlass-dsl')}"
+    except Exception:
+        return "quack unknown"
+
+
+def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: Epilogue) -> Optional[str]:
+    """None if this backend takes the GEMM, else the reason, naming the cause."""
+    missing = missing_reason()
+    if missing is not None:
+        return missing
+    if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] not in (9, 10):
+        return "Quack's GEMM runs on sm_90 and sm_100 GPUs"
+    if a.dtype not in (torch.float16, torch.bfloat16) or w.dtype != a.dtype:
+        return f"Quack backend takes fp16/bf16 operands, got {a.dtype} and {w.dtype}"
+    if a.dim() != 2 or w.dim() != 2:
+        return "the kernel takes 2-D operands"
+    M, K = a.shape
+    N = w.shape[1 if w_kn else 0]
+    if M == 0:
+        return "an empty input"
+    if K % 8 or N % 16:
+        return f"K={K} must be a multiple of 8 and N={N} of 16 (16-byte rows)"
+    if epilogue.stats == "ln":
+        return "LayerNorm statistics need centred per-tile sums (the Triton kernel's)"
+    if epilogue.residual_norm != "none":
+        return "a residual normalized on load is the Triton kernel's piece"
+    if epilogue.gated and epilogue.activation not in GATED:
+        return f"no Quack pair function for {epilogue.activation}"
+    if epilogue.write_aux and epilogue.activation == "none":
+        return "aux equals the output without an activation"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _epilogue_mod(epilogue: Epilogue, has_bias: bool):
+    """The Quack epilogue for these pieces: a generated function (operands absent from its signature are absent
+    from the kernel) wrapped by ``quack.epilogue.frontend.gemm_epilogue``."""
+    from quack.activation import act_fn_map, gate_fn_map
+    from quack.epilogue.frontend import gemm_epilogue
+    from quack.epilogue.math import pack, unpack
+    from quack.epilogue.ops import ColVecLoad, ColVecReduce, RowVecLoad
+
+    params, body, ops = [], ["x = acc"], {}
+    if epilogue.row_norm != "none":
+        params.append("s")
+        ops["s"] = ColVecLoad("s")
+        body.append("x = x * s")
+    if epilogue.row_norm == "ln":
+        params += ["t", "u"]
+        ops["t"], ops["u"] = ColVecLoad("t"), RowVecLoad("u")
+        body.append("x = x - u * t")
+    if has_bias:
+        params.append("bias")
+        ops["bias"] = RowVecLoad("bias")
+        body.append("x = x + bias")
+    if epilogue.residual:
+        params.append("c")
+        body.append("x = x + c")
+    results = []
+    if epilogue.gated:
+        act = gate_fn_map[GATED[epilogue.activation]]
+        body.append("g, v = unpack(x)")
+        results += ['"D": pack(g, v)', '"postact": act(g, v)']
+    elif epilogue.activation != "none":
+        act = act_fn_map[ACTIVATIONS[epilogue.activation]]
+        results += ['"D": x', '"postact": act(x)']
+    else:
+        act = None
+        results.append('"D": x')
+    reduces = {}
+    if epilogue.stats == "rms":
+        reduces["sqsum"] = ColVecReduce("sqsum", scaled=True)  # one fma(x, x, Σ) per element
+        results.append('"sqsum": (x, x)')
+    body.append("return {" + ", ".join(results) + "}")
+    tag = f"norm_fusion:{epilogue}:bias{int(has_bias)}"
+    source = "\n".join([f"def epilogue({', '.join(['acc', *params])}):", f'    """{tag}"""']
+                       + [f"    {line}" for line in body])
+    namespace = {"act": act, "pack": pack, "unpack": unpack, "__name__": __name__ + "_generated"}
+    exec(compile(source, f"<{tag}>", "exec"), namespace)
+    return gemm_epilogue(outputs=("postact",) if act is not None else (), ops=ops, reduces=reduces,
+                         mode="acc_pair" if epilogue.gated else None)(namespace["epilogue"])
+
+
+def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False, residual=None,
+                  bias=None, scale=None, shift=None, u=None, out=None, aux=None):
+    """(out, aux, partials) as ``kernels.epilogue_gemm.epilogue_gemm`` returns them (partials: the row sums in
+    segment 0, the other segments zero, which ``regrouped.finish_stats`` reads the same). ``out`` and ``aux``:
+    buffers to write into (allocated when not given)."""
+    M = a.shape[0]
+    N = w.shape[1 if w_kn else 0]
+    if out is None:
+        out = torch.empty(M, N // 2 if epilogue.gated else N, device=a.device, dtype=a.dtype)
+    if aux is None and epilogue.write_aux:
+        aux = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    mod = _epilogue_mod(epilogue, bias is not None)
+    operands = {}
+    if epilogue.row_norm != "none":
+        operands["s"] = scale
+    if epilogue.row_norm == "ln":
+        operands["t"], operands["u"] = shift, u
+    if bias is not None:
+        operands["bias"] = bias
+    if epilogue.activation == "none":
+        outs, store_d = {"D": out}, True
+    else:
+        outs, store_d = {"postact": out}, aux is not None
+        if aux is not None:
+            outs["D"] = aux
+    result = mod(a, w if w_kn else w.t(), residual, out=outs, store_d=store_d, tuned=True, **operands)
+    partials = a.new_empty(0, dtype=torch.float32)
+    if epilogue.stats != "none":
+        partials = torch.zeros(STATS[epilogue.stats], num_segments(N, a.device), M, device=a.device,
+                               dtype=torch.float32)
+        partials[0, 0] = result["sqsum"].reshape(M)
+    return out, aux if aux is not None else a.new_empty(0), partials

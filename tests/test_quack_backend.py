@@ -1,0 +1,213 @@
+"""The Quack (CuTe-DSL) backend of the epilogue GEMM: the op's dispatch and fallbacks (Quack absent, or failing
+at JIT time: the Triton kernel runs, the reason logged), the per-GEMM choice between backends, and, where Quack
+is installed on an sm_90+ GPU, every epilogue it takes against float64 and a model trained through it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+import norm_fusion_inductor as nfi
+from norm_fusion_inductor import regrouped, selection
+from norm_fusion_inductor.config import NormFusionConfig
+from norm_fusion_inductor.kernels import epilogue_gemm as eg
+from norm_fusion_inductor.kernels import quack_epilogue_gemm as qg
+from tests import fuzz_regrouped
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+QUACK = CUDA and qg.missing_reason() is None and torch.cuda.get_device_capability()[0] in (9, 10)
+
+
+def rel(out, ref) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _operands(M, K, N, dtype, epilogue, device=DEVICE):
+    a = torch.randn(M, K, device=device, dtype=dtype)
+    w = torch.randn(N, K, device=device, dtype=dtype) / K ** 0.5
+    return a, w, dict(
+        bias=torch.randn(N, device=device) if epilogue.bias else None,
+        residual=torch.randn(M, N, device=device, dtype=dtype) if epilogue.residual else None,
+        scale=torch.rand(M, device=device) + 0.5 if epilogue.row_norm != "none" else None,
+        shift=torch.randn(M, device=device) if epilogue.row_norm == "ln" else None,
+        u=torch.randn(N, device=device) if epilogue.row_norm == "ln" else None)
+
+
+def _op(a, w, t, e, backend):
+    return regrouped.epilogue_gemm(a, w, t["bias"], t["residual"], t["scale"], t["shift"], t["u"], e.row_norm,
+                                   e.activation, e.write_aux, e.stats, False, backend=backend)
+
+
+def test_quack_absent_runs_the_triton_kernel_and_says_why(caplog, monkeypatch):
+    monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable (test)")
+    regrouped._warn_once.cache_clear()
+    e = eg.Epilogue(row_norm="rms", activation="silu", write_aux=True)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    a, w, t = _operands(64, 32, 48, dtype, e)
+    with caplog.at_level(logging.WARNING, logger="norm_fusion_inductor"):
+        via_quack = _op(a, w, t, e, "quack")
+    assert "Quack backend is not used" in caplog.text and "not importable (test)" in caplog.text
+    via_triton = _op(a, w, t, e, "triton")
+    for x, y in zip(via_quack, via_triton):
+        assert torch.equal(x, y)
+    with pytest.raises(ValueError, match="backend must be"):
+        _op(a, w, t, e, "cutlass")
+
+
+def test_quack_failing_at_jit_time_falls_back_once(caplog, monkeypatch):
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("DSL compile error (test)")
+
+    monkeypatch.setattr(qg, "unsupported_reason", lambda *args: None)
+    monkeypatch.setattr(qg, "epilogue_gemm", failing)
+    monkeypatch.setattr(regrouped, "QUACK_FAILED", {})
+    regrouped._warn_once.cache_clear()
+    e = eg.Epilogue(residual=True, stats="rms")
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    a, w, t = _operands(40, 32, 64, dtype, e)
+    with caplog.at_level(logging.WARNING, logger="norm_fusion_inductor"):
+        first = _op(a, w, t, e, "quack")
+        second = _op(a, w, t, e, "quack")
+    assert len(calls) == 1, "a GEMM Quack failed on is not tried again"
+    assert "DSL compile error (test)" in caplog.text
+    assert list(regrouped.QUACK_FAILED.values())[0].startswith("Quack failed at (40, 32)")
+    triton = _op(a, w, t, e, "triton")
+    for x, y, z in zip(first, second, triton):
+        assert torch.equal(x, y) and torch.equal(x, z)
+
+
+def test_unsupported_epilogues_name_the_piece(monkeypatch):
+    monkeypatch.setattr(qg, "missing_reason", lambda: None)
+    a = torch.empty(64, 64, dtype=torch.bfloat16)
+    w = torch.empty(128, 64, dtype=torch.bfloat16)
+    assert "sm_90" in qg.unsupported_reason(a, w, False, eg.Epilogue())  # a CPU tensor
+    if not CUDA:
+        return
+    a, w = a.cuda(), w.cuda()
+    assert "centred" in qg.unsupported_reason(a, w, False, eg.Epilogue(residual=True, stats="ln"))
+    assert "normalized on load" in qg.unsupported_reason(a, w, False, eg.Epilogue(residual=True,
+                                                                                  residual_norm="rms"))
+    assert "gelu_mul" in qg.unsupported_reason(a, w, False, eg.Epilogue(row_norm="rms", activation="gelu_mul"))
+    assert "fp16/bf16" in qg.unsupported_reason(a.float(), w.float(), False, eg.Epilogue())
+
+
+def _fake_gpu(monkeypatch, numbers):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config: dict(numbers))
+
+
+def _choose(config, **kw):
+    args = dict(row_norm="rms", activation="silu_mul", write_aux=False, stats="none", residual=False, w_kn=False,
+                norm_bytes=16384 * 4096 * 2, config=config)
+    args.update(kw)
+    return selection.choose_epilogue_gemm(16384, 28672, 4096, torch.bfloat16, torch.device("cuda", 0), **args)
+
+
+def test_choice_between_backends(monkeypatch, tmp_path):
+    numbers = dict(triton_ms=2.70, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None)
+    _fake_gpu(monkeypatch, numbers)
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    choice = _choose(config)
+    assert choice.fused and choice.implementation == "regrouped_quack"
+    assert "on quack 2.3000 ms" in choice.reason and "triton 2.7000 ms" in choice.reason
+    # only the Triton backend allowed: it does not pass the margin (2.70 * 1.1 > 2.90)
+    only_triton = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("triton",))
+    choice = _choose(only_triton)
+    assert not choice.fused and "on triton" in choice.reason and "needs 1.1x" in choice.reason
+    # Quack not installed: the reason is in the log line, Triton is judged alone
+    numbers.update(quack_ms=None, quack_reason="quack-kernels is not importable", triton_ms=2.0)
+    _fake_gpu(monkeypatch, numbers)
+    choice = _choose(config)
+    assert choice.fused and choice.implementation == "regrouped_triton"
+    assert "quack not offered (quack-kernels is not importable)" in choice.reason
+    assert _choose(NormFusionConfig(policy="always", gemm_backends=("quack",))).implementation == "regrouped_quack"
+
+
+def test_backend_option_is_checked():
+    with pytest.raises(ValueError, match="gemm_backends.*'cutlass'"):
+        NormFusionConfig(gemm_backends=("triton", "cutlass"))
+    with pytest.raises(TypeError, match="gemm_backends"):
+        NormFusionConfig(gemm_backends="quack")
+
+
+# --- on the GPU, with Quack installed ---------------------------------------------------------------------------
+
+QUACK_EPILOGUES = [
+    eg.Epilogue(),
+    eg.Epilogue(row_norm="rms"),
+    eg.Epilogue(row_norm="rms", activation="silu", write_aux=True),
+    eg.Epilogue(row_norm="rms", activation="silu_mul"),
+    eg.Epilogue(row_norm="rms", activation="silu_mul", write_aux=True),
+    eg.Epilogue(row_norm="ln", bias=True, activation="gelu"),
+    eg.Epilogue(row_norm="ln", bias=True, activation="gelu", write_aux=True),
+    eg.Epilogue(row_norm="ln", bias=True),
+    eg.Epilogue(bias=True, activation="relu2", write_aux=True),
+    eg.Epilogue(residual=True, stats="rms"),
+    eg.Epilogue(bias=True, residual=True, stats="rms"),
+]
+
+
+@pytest.mark.skipif(not QUACK, reason="needs quack-kernels on an sm_90/sm_100 GPU")
+@pytest.mark.parametrize("epilogue", QUACK_EPILOGUES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_quack_epilogue_matches_float64(epilogue, dtype):
+    M, K, N = 4096 + 64, 512, 1024 + 128  # tiles do not divide M or N
+    torch.manual_seed(N)
+    a, w, t = _operands(M, K, N, dtype, epilogue)
+    out = torch.full((M, N // 2 if epilogue.gated else N), float("nan"), device="cuda", dtype=dtype)
+    aux = torch.full((M, N), float("nan"), device="cuda", dtype=dtype) if epilogue.write_aux else None
+    ref, z = fuzz_regrouped.reference64(a, w, epilogue, False, **t)
+    assert qg.unsupported_reason(a, w, False, epilogue) is None
+    out, aux_out, partials = qg.epilogue_gemm(a, w, epilogue=epilogue, out=out, aux=aux, **t)
+    assert not out.isnan().any(), "an output element was not written"
+    assert rel(out, ref) < 1e-2
+    if aux is not None:
+        assert not aux_out.isnan().any() and rel(aux_out, z) < 1e-2
+    if epilogue.stats == "rms":
+        rstd, _ = regrouped.finish_stats(partials, N, 1e-5, "rms")
+        assert rel(rstd, torch.rsqrt(z.square().mean(-1) + 1e-5)) < 1e-3
+
+
+class _RMSTower(nn.Module):
+    def __init__(self, d=256, hidden=1024):
+        super().__init__()
+        self.norm1, self.norm2 = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        x = x + self.fc2(torch.relu(self.fc1(self.norm1(x))))
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+@pytest.mark.skipif(not QUACK, reason="needs quack-kernels on an sm_90/sm_100 GPU")
+def test_model_trains_through_quack():
+    torch.manual_seed(0)
+    model = _RMSTower().cuda().to(torch.bfloat16)
+    x = torch.randn(8, 512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    ref64 = _RMSTower().cuda().double()
+    ref64.load_state_dict(model.state_dict())
+    x64 = x.detach().double().requires_grad_()
+    opts = {"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("quack",)}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    out = torch.compile(model, backend="norm_fusion", options=opts)(x)
+    sites = nfi.reports()
+    out.float().square().mean().backward()
+    ref = ref64(x64)
+    ref.square().mean().backward()
+    assert rel(out, ref) < 1e-2 and rel(x.grad, x64.grad) < 2e-2
+    for p, p64 in zip(model.parameters(), ref64.parameters()):
+        assert rel(p.grad, p64.grad) < 3e-2
+    quack_sites = [s for s in sites if s.rewritten and "regrouped_quack" in s.implementation]
+    assert quack_sites, [(s.rewritten, s.implementation, s.reason) for s in sites]
+    assert not regrouped.QUACK_FAILED, regrouped.QUACK_FAILED

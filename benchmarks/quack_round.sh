@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | 
 python -c "import importlib.metadata as m; print(*(f'{d} {m.version(d)}' for d in ('quack-kernels', 'nvidia-cutlass-dsl', 'torch', 'triton')))" 2>&1 | tee $OUT/versions.txt
 case "$1" in
 kernels)
-  timeout 240 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings 2>&1 | tail -25 | tee $OUT/tests.log
+  timeout 400 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings 2>&1 | tail -25 | tee $OUT/tests.log
   (cd benchmarks && timeout 320 python epilogue_gemm.py --rounds 3 --backends triton quack \
      --only 262144x256x1024 131072x512x1024 262144x1024x256 131072x1024x512 16384x4096x28672 \
      --json $OUT/epilogue.json 2>&1 | tee $OUT/epilogue.log)

@@ -28,7 +28,7 @@ class NormFusionConfig:
     #: time, cached); "always": rewrite every supported site; "never": rewrite nothing, only report the sites
     policy: str = "auto"
     #: with policy "auto", the fused kernel must beat the unfused lower bound by this factor. Calibrated on the
-    #: H200 sweeps (110 pre- and post-norm shapes, BENCHMARKS.md 2026-11-30): with the copy timed on the SMs the
+    #: H200 sweeps (110 pre- and post-norm shapes, docs/benchmarks_journal.md 2026-11-30): with the copy timed on the SMs the
     #: bound sits within 0–9 % of torch.compile's time, and of the sites the bound favours by ≥ 1.1x none ran
     #: slower fused (16 sites, 0.55–0.97x); by 1.0x one did (1.03x). 1.25 was needed while the bound's copy ran
     #: on the copy engines and read up to 1.5x high (selection.py)
@@ -37,7 +37,7 @@ class NormFusionConfig:
     #: op (the attention block, in a child process: selection.choose_attention), the factor the fused op must win
     #: by. Timed alone, the block hides what a real graph gains by fusing the block's neighbours into its unfused
     #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot: the recommendation
-    #: block measured 1.093x faster fused alone and ran 0.979x in its training step (H200, 2026-11-30, BENCHMARKS.md)
+    #: block measured 1.093x faster fused alone and ran 0.979x in its training step (H200, 2026-11-30, docs/benchmarks_journal.md)
     compiled_min_speedup: float = 1.15
     #: with policy "auto", a matmul site the lower bound leaves undecided (the fused kernel faster than the bound
     #: but not by min_speedup; for pre-norm LayerNorm, within selection.NEAR_MISS_LAYER_NORM of it) is compiled
@@ -45,7 +45,7 @@ class NormFusionConfig:
     #: (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound counts the norm as a
     #: copy (Inductor's LayerNorm at K = 2048: 0.200 vs 0.131 ms) and the eager LayerNorm entry runs its weight
     #: preparation as separate kernels, so near misses can be real wins. H200 LayerNorm sweep (2026-11-30, eighth
-    #: session, BENCHMARKS.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
+    #: session, docs/benchmarks_journal.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
     #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Also
     #: asked where a Gluon plan wins with a host time per call above selection.HOST_BOUND_RISK of its GPU time.
     #: Costs a child compile (20-60 s) per such site on a cold cache (the choice is cached on disk)

@@ -4,7 +4,7 @@ With policy "auto" on CUDA the fused kernel (autotuned) is timed against a *lowe
 cuBLAS for the matmul (without its bias, which the unfused graph can add in a neighbouring pass) plus a device
 copy of the norm's input (x [M, K] before a matmul, the matmul's output [M, N] after one: the bytes any norm
 kernel must move). A norm kernel is never faster than that copy (measured on the H200: Inductor's RMSNorm runs
-at 0.5–0.9× copy speed, see BENCHMARKS.md), so a site the fused kernel wins here by ``min_speedup`` (for timing
+at 0.5–0.9× copy speed, see docs/benchmarks_journal.md), so a site the fused kernel wins here by ``min_speedup`` (for timing
 noise) is won against Inductor too; the price is that some sites where fusing would have paid stay unfused.
 Choices are cached in memory and on disk, keyed by GPU, versions, kernel source, the measurement's version and
 shape (M by power-of-two bucket).
@@ -65,14 +65,14 @@ MEASUREMENT = "copy-kernel+gluon-host-through-op+mm-without-bias+attention-host"
 # (and does not beat it by min_speedup) is decided by compiling both graphs; other sites only where the kernel
 # beats the bound. The eager LayerNorm entry runs its weight preparation (W·γ, the GEMVs) as separate kernels that
 # Inductor fuses, so it reads slow: two sites at 1.18x and 1.12x their bound ran 0.78x and 0.81x the default when
-# Inductor launched them (H200, 2026-11-30, BENCHMARKS.md). RMSNorm and post-norm sites have no such gap; for them
+# Inductor launched them (H200, 2026-11-30, docs/benchmarks_journal.md). RMSNorm and post-norm sites have no such gap; for them
 # a wider window only cost child compiles (the Llama layer's three sites: 188 s of cold compile, none fused)
 NEAR_MISS_LAYER_NORM = 1.25
 # with compiled_check, a site won by a Gluon plan whose host time per call (measured for the eager entry through
 # the launch op) exceeds this fraction of its GPU time is confirmed by the compiled graphs too: near that point
 # the estimate missed what the compiled graph's call costs. RMS sweep, H200, 2026-11-30 (tenth session): two such
 # sites (GPU 0.136 / 0.128 ms, host 0.106 / 0.134 ms) ran 0.186 / 0.228 ms compiled, 1.27x / 1.35x the default;
-# the fused sites below the fraction ran 0.52–0.99x (BENCHMARKS.md)
+# the fused sites below the fraction ran 0.52–0.99x (docs/benchmarks_journal.md)
 HOST_BOUND_RISK = 0.5
 
 
@@ -243,7 +243,7 @@ def _with_host_cost(t: dict) -> tuple:
     """(fused ms, plan, note) for the decision. A Gluon plan's kernel is launched from Python (a thin op in
     Inductor's graph), which a small site cannot hide: its time is max(GPU, host) unless CUDA graphs replay the
     launches, and the best plan Inductor launches itself (GPU time) is taken instead where that is faster.
-    Measured on the H200 host (BENCHMARKS.md, 2026-11-30): before this rule four LayerNorm sites of 0.06–0.15 ms
+    Measured on the H200 host (docs/benchmarks_journal.md, 2026-11-30): before this rule four LayerNorm sites of 0.06–0.15 ms
     on the GPU ran 0.20–0.32 ms per call fused; with it they stay unfused. The host estimate is the eager entry
     launched through the op: conservative for LayerNorm (its entry runs the weight preparation as separate
     kernels), but not for RMSNorm, whose sites at about 0.13 ms ran host-bound compiled on a busy host (tenth
@@ -680,7 +680,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     The unfused graph cannot move fewer bytes than that, so a GEMM that wins here by ``min_speedup`` wins against
     Inductor too: the margin pays for what the bound leaves out (γ folded into the weight per call, the op's host
     time). Without it, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won their bounds by 1–3 % and the
-    layers ran 0.975–0.998x (H200, 2026-12-01, BENCHMARKS.md)."""
+    layers ran 0.975–0.998x (H200, 2026-12-01, docs/benchmarks_journal.md)."""
     from .kernels import epilogue_gemm as eg
 
     elem = torch.empty((), dtype=dtype).element_size()

@@ -33,7 +33,7 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
-from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer
+from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer, size_hint
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -238,22 +238,27 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     if not isinstance(eps, (int, float)):
         return "eps is a graph tensor (dynamic shapes)"
     x_val = x.meta["val"]
-    if any(isinstance(d, torch.SymInt) for d in x_val.shape):
-        return "dynamic shape: the regrouped rewrite serves static shapes"
+    why = _dynamic_rejection(x_val.shape)
+    if why is not None:
+        return why
     rstd, mean = _stat_nodes(match)
     if rstd is None or (spec.norm == "ln" and mean is None):
         return "the norm's statistics are not separate nodes of the graph"
     K = x_val.shape[-1]
-    M = x_val.numel() // K
+    M = size_hint(x_val.numel() // K)  # dynamic M: timed at the size the graph was traced with
     rewrites = _plan_rewrites(consumers, ctx)
     choices = []
     for rw in rewrites:
         c = rw.consumers[0]
         aux = rw.write_aux
         n = c.n * len(rw.consumers)
+        for node in rw.pre + ([rw.act_output] if rw.act_output is not None else []):
+            why = _dynamic_rejection(node.meta["val"].shape)
+            if why is not None:
+                return why
         choice = choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
                                       activation=rw.activation, write_aux=aux, stats="none", residual=False,
-                                      w_kn=c.weight_kn, norm_bytes=x_val.numel() * x_val.element_size()
+                                      w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
                                       // max(len(rewrites), 1), config=ctx.config)
         if not choice.fused:
             return choice.reason
@@ -281,6 +286,22 @@ def _accepted(site, ctx, rewrites, acts, choices) -> None:
     return None
 
 
+def _dynamic_rejection(shape) -> Optional[str]:
+    """Why a tensor of this shape cannot be rewritten under dynamic shapes, or None: the traced code views its
+    results with one dynamic dim as -1, so at most one dim may be dynamic, and never the last (K or N)."""
+    dynamic = [i for i, d in enumerate(shape) if isinstance(d, torch.SymInt)]
+    if len(dynamic) > 1:
+        return f"more than one dynamic dim ({len(dynamic)} of {len(shape)})"
+    if dynamic and dynamic[0] == len(shape) - 1:
+        return "a dynamic last dim (the GEMM's K or N)"
+    return None
+
+
+def _static_view(shape) -> list:
+    """The shape for ``view``: its one dynamic dim (if any) as -1, so the traced code holds no symbolic size."""
+    return [-1 if isinstance(d, torch.SymInt) else int(d) for d in shape]
+
+
 def _backend(choice) -> str:
     """The op's GEMM backend for a choice of selection.choose_epilogue_gemm."""
     return "quack" if choice.implementation == "regrouped_quack" else "triton"
@@ -291,8 +312,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     c0 = consumers[0]
     scale_c, w_kn = c0.scale, c0.weight_kn
     N = c0.n
-    pre_shape = list(rw.pre[0].meta["val"].shape)
-    out_shape = list(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
+    pre_shape = _static_view(rw.pre[0].meta["val"].shape)
+    out_shape = _static_view(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
     gated = len(consumers) == 2
 
     def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1):
@@ -409,12 +430,12 @@ def apply(graph: Graph, ctx) -> None:
         consumer, residual = found
         x_val = site.x.meta["val"]
         N = x_val.shape[-1]
-        M = x_val.numel() // N
+        M = size_hint(x_val.numel() // N)
         a_val = consumer.node.args[0 if consumer.node.target == aten.mm.default else 1].meta["val"]
         normalized_from = by_normed.get(residual)
         choice = choose_epilogue_gemm(M, N, a_val.shape[1], x_val.dtype, x_val.device, row_norm="none",
                                       activation="none", write_aux=False, stats=site.norm, residual=True,
-                                      w_kn=consumer.weight_kn, norm_bytes=x_val.numel() * x_val.element_size(),
+                                      w_kn=consumer.weight_kn, norm_bytes=M * N * x_val.element_size(),
                                       config=ctx.config,
                                       residual_norm=normalized_from.norm if normalized_from is not None else "none")
         if not choice.fused:
@@ -432,9 +453,9 @@ def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normali
     load instead."""
     mm = consumer.node
     a = mm.args[0] if mm.target == aten.mm.default else mm.args[1]
-    x_shape = list(site.x.meta["val"].shape)
+    x_shape = _static_view(site.x.meta["val"].shape)
     N = x_shape[-1]
-    stat_shape = list(site.rstd.meta["val"].shape)
+    stat_shape = _static_view(site.rstd.meta["val"].shape)
     norm, eps, w_kn = site.norm, site.eps, consumer.weight_kn
     residual_norm = normalized_from.norm if normalized_from is not None else "none"
 

@@ -164,6 +164,40 @@ def test_models_rewritten_and_trained(name):
     assert rel(x.grad, x64.grad) < max(tol(dtype), 1e-4)
 
 
+def test_dynamic_batch_rewritten_and_trained():
+    """A second batch size recompiles with the batch dim dynamic (torch.compile's automatic dynamic shapes):
+    consumers and producers are rewritten in that graph too and serve any batch size; outputs and gradients match
+    float64 at each size."""
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    torch.manual_seed(1)
+    model = nn.Sequential(SwiGLU(), Tower(norm="rms", act="silu")).to(DEVICE, dtype)
+    ref = copy.deepcopy(model).double()
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=REGROUPED)
+    for batch in (3, 5, 7):  # 3 static, 5 recompiles with a dynamic batch, 7 reuses that graph
+        nfi.clear_reports()
+        x = torch.randn(batch, 8, 32, device=DEVICE, dtype=dtype, requires_grad=True)
+        x64 = x.detach().double().requires_grad_()
+        out = compiled(x)
+        expected = ref(x64)
+        assert rel(out, expected) < max(3 * rel(model(x.detach()), expected), tol(dtype))
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        expected.backward(grad.double())
+        assert rel(x.grad, x64.grad) < max(tol(dtype), 1e-4)
+        for (name, p), p64 in zip(model.named_parameters(), ref.parameters()):
+            assert rel(p.grad, p64.grad) < max(tol(dtype), 1e-4), name
+            p.grad, p64.grad = None, None
+        sites = nfi.reports()
+        if batch == 5:  # the recompiled graph, batch dynamic
+            assert len(sites) == 2 and all(s.rewritten and s.fusion == "regrouped_norm" for s in sites), \
+                [s.line() for s in sites]
+            assert any("producer GEMM writes the stream" in s.reason for s in sites)
+        if batch == 7:
+            assert not sites, "batch 7 reuses the dynamic graph (no recompile)"
+
+
 def test_normalized_tensor_read_elsewhere_is_left_unfused():
     """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
     of a matmul output could) stays unfused, with that reason."""

@@ -520,7 +520,7 @@ def default_config(kv_len: int, head_dim: int, kernel: str = "forward",
                    residual_in_acc: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
     "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. Measured on the H200 at the reference
-    shape (BENCHMARKS.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
+    shape (docs/benchmarks_journal.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
     merged kernel's 32 × 128, 8 warps (64 rows spill at D = 128, ptxas) was 0.23–0.29 ms faster than dq̂ + dK/dV.
     A forward holding every key for several row blocks (one K, V load per program) was slower in each of seven
     configs, 1.05–1.9× (H200, 2026-11-30, benchmarks/results/gpu-2026-11-30e/forward_configs.log): removed.
@@ -546,7 +546,7 @@ MAX_MERGED_KV = 128
 # The row kernels (the two norms and their backward) hold BLOCK_R whole rows (all heads, ROW_ELEMENTS elements)
 # per step, in a grid-stride loop over at most ROW_PROGRAMS_PER_SM programs per SM: few programs, so few rows of
 # column partials (dγ, dβ, dw) to sum. Measured on the H200 at the reference shape (H = 4, max 1024, 2026-11-30,
-# BENCHMARKS.md): 4096 elements, 4 warps, 16 programs per SM beat 8192/8 warps (1.6× slower backward row
+# docs/benchmarks_journal.md): 4096 elements, 4 warps, 16 programs per SM beat 8192/8 warps (1.6× slower backward row
 # kernels) and one tile per program (a larger partial sum).
 # The LayerNorm backward alone is faster with 1024-element tiles: 0.456 / 0.460 ms against 0.501 / 0.510
 # (dense 768 × 512 / jagged max 1024, H = 4; ninth session, gpu-2026-11-30k/call1/acc_ab.log); the forward row
@@ -626,7 +626,7 @@ def _tma_ok(rows: list, kv: list) -> bool:
 RESIDUAL_IN_ACC_BY_DEFAULT = True
 
 # The descriptor path is right on the GPU too (test_descriptor_path_matches_pointer_path, 2026-11-30) but its
-# forward measured slower than the pointer path (BENCHMARKS.md): pointers stay the default.
+# forward measured slower than the pointer path (docs/benchmarks_journal.md): pointers stay the default.
 TMA_BY_DEFAULT = False
 
 

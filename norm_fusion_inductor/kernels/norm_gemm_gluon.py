@@ -40,7 +40,7 @@ epilogue (scale, bias, store) runs while those loads are in flight. Nothing the 
 bias, u (and ROW_SCALE's rstd, μ) are loaded when the tile starts (``_epilogue_vectors``), and LayerNorm's row
 shifts of the next tile before this tile's epilogue. Loaded in the epilogue, each was an unhidden global-memory
 round trip per tile: prefetched, the in-loop LayerNorm ran 2–11 % faster here and 9–23 % in the warp-specialized
-kernel, RMSNorm level, outputs bit for bit the same (H200, 2026-11-30, BENCHMARKS.md).
+kernel, RMSNorm level, outputs bit for bit the same (H200, 2026-11-30, docs/benchmarks_journal.md).
 
 Warp-specialized variant (``norm_gemm_gluon_ws_kernel``, WS_CONFIGS): the same math and epilogue (the helpers
 ``_tile_stats_init``, ``_add_row_stats``, ``_epilogue_vectors``, ``_epilogue`` are shared), with the TMA loads in
@@ -54,7 +54,7 @@ preparation (W·γ, u, v) stays in the graph as aten ops for Inductor to compile
 compiled kernel directly, skipping the JIT's argument binding (``launch.cached_launch``). The selection counts the
 remaining host time (selection._with_host_cost).
 
-Measured on the H200 (BENCHMARKS.md, 2026-11-30): the in-loop prologue costs 1–14 % over this mainloop's plain
+Measured on the H200 (docs/benchmarks_journal.md, 2026-11-30): the in-loop prologue costs 1–14 % over this mainloop's plain
 GEMM (the Triton mainloop's: 14–31 %); the plain GEMM is 1.04–1.24× cuBLAS.
 """
 

@@ -128,10 +128,11 @@ def _epilogue_mod(epilogue: Epilogue, has_bias: bool):
 
 
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False, residual=None,
-                  bias=None, scale=None, shift=None, u=None, out=None, aux=None):
+                  bias=None, scale=None, shift=None, u=None, out=None, aux=None, tuned: bool = True):
     """(out, aux, partials) as ``kernels.epilogue_gemm.epilogue_gemm`` returns them (partials: the row sums in
     segment 0, the other segments zero, which ``regrouped.finish_stats`` reads the same). ``out`` and ``aux``:
-    buffers to write into (allocated when not given)."""
+    buffers to write into (allocated when not given). ``tuned=False``: Quack's default config instead of its
+    autotuning (one JIT compile instead of one per candidate; for tests)."""
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     if out is None:
@@ -152,7 +153,7 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
         outs, store_d = {"postact": out}, aux is not None
         if aux is not None:
             outs["D"] = aux
-    result = mod(a, w if w_kn else w.t(), residual, out=outs, store_d=store_d, tuned=True, **operands)
+    result = mod(a, w if w_kn else w.t(), residual, out=outs, store_d=store_d, tuned=tuned, **operands)
     partials = a.new_empty(0, dtype=torch.float32)
     if epilogue.stats != "none":
         partials = torch.zeros(STATS[epilogue.stats], num_segments(N, a.device), M, device=a.device,

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import torch
 
+from . import passes, report
 from .config import NormFusionConfig
 from .passes import install
 
@@ -28,4 +29,28 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     config = NormFusionConfig.from_any(options.pop("norm_fusion", None))
     patches: dict[str, Any] = dict(list_mode_options(mode)) if mode else {}
     patches.update(options)
-    return compile_fx(gm, example_inputs, config_patches=install(config, patches))
+    patches = install(config, patches)
+    # a graph served from Inductor's caches skips the joint pass: its site records are kept and replayed
+    key = _records_key(gm, example_inputs, patches)
+    runs, count = passes.joint_runs(), report.recorded_count()
+    compiled = compile_fx(gm, example_inputs, config_patches=patches)
+    if key is not None:
+        if passes.joint_runs() != runs:
+            report.save_graph_sites(config.cache_dir, key, report.since(count))
+        else:
+            if config.logging_enabled:
+                report.enable_logging()
+            report.replay_graph_sites(config.cache_dir, key, passes.new_graph_id(), config.logging_enabled)
+    return compiled
+
+
+def _records_key(gm, example_inputs, patches) -> Optional[str]:
+    """The key the graph's site records are kept under; None where they cannot be (an opaque user pass makes
+    Inductor bypass its caches anyway), or where the key cannot be made: a report never breaks a compile."""
+    pass_uuid = patches["joint_custom_post_pass"].uuid()
+    if pass_uuid is None:
+        return None
+    try:
+        return report.graph_key(gm, example_inputs, pass_uuid)
+    except Exception:
+        return None

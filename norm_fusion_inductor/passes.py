@@ -24,16 +24,26 @@ from .config import NormFusionConfig
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 _GRAPH_COUNTER = itertools.count()
+_JOINT_RUN_COUNT = 0  # how often the joint-stage pass ran: a graph served from a cache does not run it
+
+
+def joint_runs() -> int:
+    return _JOINT_RUN_COUNT
+
+
+def new_graph_id() -> int:
+    return next(_GRAPH_COUNTER)
 
 
 class PassContext:
     """State of one run of the pass over one graph: the config, the backward-only nodes, the site records."""
 
-    def __init__(self, graph: torch.fx.Graph, config: NormFusionConfig):
+    def __init__(self, graph: torch.fx.Graph, config: NormFusionConfig, stage: str = "joint"):
         from norm_fusion_inductor.patterns.common import backward_only_nodes
 
         self.graph_id = next(_GRAPH_COUNTER)
         self.config = config
+        self.stage = stage
         self.backward = backward_only_nodes(graph)
         self.sites: list[report.SiteRecord] = []
         self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
@@ -41,7 +51,8 @@ class PassContext:
         self.regrouped_sites: list = []  # norms whose consumers the regrouped rewrite took (their producer next)
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
-        return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="")
+        return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="",
+                                 stage=self.stage)
 
     def reject(self, site: report.SiteRecord, reason: str, implementation: str = "unfused") -> None:
         site.reason, site.implementation = reason, implementation
@@ -102,7 +113,10 @@ class NormFusionPass(CustomGraphPass):
 
         if self.config.logging_enabled:
             report.enable_logging()
-        ctx = PassContext(graph, self.config)
+        if self.STAGE == "joint":
+            global _JOINT_RUN_COUNT
+            _JOINT_RUN_COUNT += 1
+        ctx = PassContext(graph, self.config, self.STAGE)
         enabled = set(self.config.fusions)
         if "regrouped_norm" in enabled:  # the pre-norm families' matchers find the regrouped rewrite's norms
             enabled |= {"rms_norm_matmul", "layer_norm_matmul"}

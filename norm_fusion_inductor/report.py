@@ -6,7 +6,11 @@ Logger ``norm_fusion_inductor``; switched on by ``NormFusionConfig(log=True)`` o
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
+import os
+import pathlib
 import sys
 from typing import Optional
 
@@ -20,6 +24,7 @@ KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": 
          "standalone": "norm, no fused neighbour"}
 _SHAPE_NAMES = {"norm_attention": "BxLqxLkxHxD", "qk_norm_attention": "BxLqxLkxHqxHkxD"}
 _MAX_HISTORY = 10_000  # older records are dropped
+_RECORDED = 0  # records made so far (the history may have dropped the oldest)
 
 
 @dataclasses.dataclass
@@ -33,6 +38,7 @@ class SiteRecord:
     shape: Optional[tuple] = None  # (M, K, N) of the matmul when one was found; (B, Lq, Lk, H, D) of an attention
     dtype: Optional[str] = None
     implementation: Optional[str] = None  # "fused_triton", "reference", or "unfused"
+    stage: str = "joint"  # which pass made it: "joint" (aten IR, after autograd) or "pre_grad"
 
     @property
     def kind(self) -> str:
@@ -58,6 +64,8 @@ def enable_logging(level: int = logging.INFO) -> None:
 
 
 def record(site: SiteRecord, emit: bool) -> None:
+    global _RECORDED
+    _RECORDED += 1
     _HISTORY.append(site)
     del _HISTORY[:-_MAX_HISTORY]
     if emit:
@@ -73,3 +81,73 @@ def reports() -> list[SiteRecord]:
 
 def clear_reports() -> None:
     _HISTORY.clear()
+
+
+def recorded_count() -> int:
+    return _RECORDED
+
+
+def since(count: int) -> list[SiteRecord]:
+    """The records made after ``recorded_count()`` returned ``count``."""
+    new = _RECORDED - count
+    return list(_HISTORY[-new:]) if new > 0 else []
+
+
+# --- site records of graphs the FX graph cache serves -------------------------------------------------------------
+# A graph that Inductor's FX-graph or AOTAutograd cache serves never reaches the joint-stage pass, so it would leave
+# no records and no log lines. The backend keeps the records of each graph it compiled under a key of the Dynamo
+# graph, its inputs and the pass's uuid, and replays them when the pass did not run.
+
+FROM_CACHE = " [kept from an earlier compile: Inductor served this graph from its cache, so the pass did not run]"
+
+
+def graph_key(gm, example_inputs, pass_uuid: str) -> str:
+    import torch
+
+    def describe(x):
+        if isinstance(x, torch.Tensor):
+            return (tuple(str(d) for d in x.shape), tuple(str(d) for d in x.stride()), str(x.dtype),
+                    str(x.device), x.requires_grad)
+        return repr(x)
+
+    h = hashlib.sha256()
+    for part in (gm.code, repr([describe(x) for x in example_inputs]), str(torch.is_grad_enabled()), pass_uuid,
+                 torch.__version__):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _sites_file(cache_dir, key: str) -> pathlib.Path:
+    root = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "norm_fusion_inductor")
+    return pathlib.Path(root) / "sites" / f"{key}.json"
+
+
+def save_graph_sites(cache_dir, key: str, sites: list[SiteRecord]) -> None:
+    """Keep the joint-stage records of one compiled graph (a read-only cache directory only loses the replay)."""
+    rows = [dataclasses.asdict(s) for s in sites if s.stage == "joint"]
+    try:
+        path = _sites_file(cache_dir, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rows))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def replay_graph_sites(cache_dir, key: str, graph_id: int, emit: bool) -> int:
+    """Record again (and log) the joint-stage records kept for this graph; how many there were."""
+    try:
+        rows = json.loads(_sites_file(cache_dir, key).read_text())
+    except (OSError, ValueError):
+        return 0
+    for row in rows:
+        try:
+            row["shape"] = tuple(row["shape"]) if row.get("shape") is not None else None
+            site = SiteRecord(**row)
+        except (TypeError, KeyError):  # written by another version of this record: not replayed
+            continue
+        site.graph, site.reason = graph_id, site.reason + FROM_CACHE
+        record(site, emit)
+    return len(rows)

@@ -12,6 +12,7 @@ from torch._dynamo.utils import counters
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import norm_fusion_inductor as nfi
+from norm_fusion_inductor.report import FROM_CACHE
 from norm_fusion_inductor.passes import NormFusionPass
 
 from .helpers import LlamaRMSNorm, rel_err
@@ -183,6 +184,40 @@ def test_fx_graph_cache_is_not_bypassed(tmp_path, monkeypatch):
     assert rel_err(out, model(x)) < 1e-5
     assert counters["inductor"]["fxgraph_cache_bypass"] == 0
     assert counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"] >= 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_cached_graph_still_reports_its_sites(tmp_path, monkeypatch, caplog, train):
+    """A graph that Inductor's AOTAutograd cache serves skips the joint pass (seen on the GPU machine: a warm
+    compile in a new process took 0.2 s and reported no sites). The backend keeps each graph's site records and
+    replays them, marked, when the pass did not run; here the second compile skips the pass as such a hit does."""
+    from norm_fusion_inductor import passes
+
+    options = {"norm_fusion": {"policy": "always", "cache_dir": str(tmp_path), "log": True}}
+    model, x = small_model(), torch.randn(4, 32, requires_grad=train)
+    model.train(train)
+    runs = []
+    for skip in (False, True):
+        if skip:
+            monkeypatch.setattr(passes.NormFusionPass, "__call__", lambda self, graph: None)
+        torch._dynamo.reset()
+        nfi.clear_reports()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="norm_fusion_inductor"):
+            torch.compile(model, backend="norm_fusion", options=options)(x)
+        runs.append((nfi.reports(), [r.getMessage() for r in caplog.records]))
+    (first, _), (second, lines) = runs
+    assert first and any(s.rewritten for s in first) and not any(FROM_CACHE in s.reason for s in first)
+    assert [(s.fusion, s.rewritten, s.node, s.shape) for s in second] == \
+        [(s.fusion, s.rewritten, s.node, s.shape) for s in first]
+    assert all(s.reason == f.reason + FROM_CACHE for s, f in zip(second, first))
+    assert sum(FROM_CACHE.strip() in line for line in lines) == len(first)
+    # another graph (other input shapes) has no kept records: nothing is made up
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    torch.compile(model, backend="norm_fusion", options=options)(torch.randn(8, 32, requires_grad=train))
+    assert nfi.reports() == []
     torch._dynamo.reset()
 
 

@@ -2,9 +2,11 @@
 # travels in two calls made back to back on one warm machine:
 #   bash benchmarks/quack_round.sh unpack            (carry .cute/a)
 #   bash benchmarks/quack_round.sh PART              (carry .cute/b; later calls on the same machine too)
-# PART: kernels = the Quack tests and the epilogue GEMMs of both backends at the recsys and Llama shapes;
+# PART: kernels = the Quack tests and the epilogue GEMMs of both backends at the recsys shapes;
+#       llama_kernels = the same at the Llama-3-8B shapes (and the recsys shape the first run's limit cut);
 #       towers = the recsys towers (default, the plugin with both backends, the plugin with Triton alone);
-#       llama = the Llama-3-8B layer the same way.
+#       llama = the Llama-3-8B and Qwen3 layers the same way; bert = BERT-base and GPT-2-medium;
+#       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50).
 set -o pipefail
 if [ "$1" = unpack ]; then bash .cute/a/unpack.sh; exit $?; fi
 source .cute/b/install.sh || exit 3
@@ -20,12 +22,25 @@ kernels)
      --only 262144x256x1024 131072x512x1024 262144x1024x256 131072x1024x512 16384x4096x28672 \
      --json $OUT/epilogue.json 2>&1 | tee $OUT/epilogue.log)
   ;;
+llama_kernels)
+  (cd benchmarks && timeout 560 python epilogue_gemm.py --rounds 3 --backends triton quack \
+     --only 131072x1024x512 16384x4096x4096 16384x4096x28672 16384x14336x4096 \
+     --json $OUT/epilogue_llama.json 2>&1 | tee $OUT/epilogue_llama.log)
+  ;;
+fuzz)
+  timeout 330 python tests/fuzz_regrouped.py --cases 1000 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
+  timeout 220 python tests/fuzz_regrouped.py --cases 60 --backend quack 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
+  ;;
+bert)
+  (cd benchmarks && timeout 560 python blocks.py --blocks bert_base_layer gpt2_medium_layer --rounds 3 \
+     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_bert.json 2>&1 | tee $OUT/blocks_bert.log)
+  ;;
 towers)
   (cd benchmarks && timeout 560 python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 \
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
   ;;
 llama)
-  (cd benchmarks && timeout 560 python blocks.py --blocks llama3_8b_layer --rounds 3 \
+  (cd benchmarks && timeout 560 python blocks.py --blocks llama3_8b_layer qwen3_1p7b_layer --rounds 3 \
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
   ;;
 esac

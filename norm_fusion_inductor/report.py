@@ -37,7 +37,7 @@ class SiteRecord:
     reason: str  # why rewritten (the chosen implementation and its measurement) or why not
     shape: Optional[tuple] = None  # (M, K, N) of the matmul when one was found; (B, Lq, Lk, H, D) of an attention
     dtype: Optional[str] = None
-    implementation: Optional[str] = None  # "fused_triton", "reference", or "unfused"
+    implementation: Optional[str] = None  # selection.Choice.implementation, e.g. "regrouped_quack" or "unfused"
     stage: str = "joint"  # which pass made it: "joint" (aten IR, after autograd) or "pre_grad"
 
     @property

@@ -35,7 +35,7 @@ from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, qk_norm_attenti
 @dataclasses.dataclass(frozen=True)
 class Choice:
     fused: bool
-    implementation: str  # "fused_triton" | "reference" | "unfused"
+    implementation: str  # "fused_triton" | "regrouped_triton" | "regrouped_quack" | "reference" | "unfused"
     reason: str
     plan: Optional[tuple] = None  # the kernel plan (prologue, block config) measured fastest, for direct launch
 

@@ -726,6 +726,10 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         detail += " (" + "; ".join(others) + ")"
     if timed[backend] * config.min_speedup >= bound:
         return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
+    if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
+        # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
+        return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
+                                        f"{config.min_kernel_ms} and the op's host cost would dominate")
     return Choice(True, f"regrouped_{backend}", detail)
 
 

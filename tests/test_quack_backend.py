@@ -130,6 +130,18 @@ def test_choice_between_backends(monkeypatch, tmp_path):
     assert _choose(NormFusionConfig(policy="always", gemm_backends=("quack",))).implementation == "regrouped_quack"
 
 
+def test_short_gemms_stay_unfused_unless_cuda_graphs(monkeypatch, tmp_path):
+    """The op is a Python call per GEMM: a kernel shorter than min_kernel_ms would leave the GPU waiting on the
+    host, which the CUDA-graph timing does not show."""
+    _fake_gpu(monkeypatch, dict(triton_ms=0.05, quack_ms=0.04, mm_ms=0.06, saved_ms=0.03, quack_reason=None))
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    choice = _choose(config)
+    assert not choice.fused and "min_kernel_ms=0.15" in choice.reason and "on quack 0.0400" in choice.reason
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        assert _choose(config).implementation == "regrouped_quack"
+    assert _choose(NormFusionConfig(cache_dir=str(tmp_path), min_kernel_ms=0.01)).fused
+
+
 def test_backend_option_is_checked():
     with pytest.raises(ValueError, match="gemm_backends.*'cutlass'"):
         NormFusionConfig(gemm_backends=("triton", "cutlass"))

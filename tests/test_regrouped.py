@@ -198,6 +198,26 @@ def test_dynamic_batch_rewritten_and_trained():
             assert not sites, "batch 7 reuses the dynamic graph (no recompile)"
 
 
+def test_inference_with_freezing_folds_gamma_once():
+    """With Inductor's freezing (inference), W·γ is folded once into a constant of the compiled graph: the epilogue
+    GEMM reads a frozen parameter, and no kernel folds the weight per call."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(2)
+    model = Tower(norm="rms", act="silu").to(DEVICE).eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        x = torch.randn(16, 32, device=DEVICE)
+        for freezing in (False, True):
+            torch._dynamo.reset()
+            with torch._inductor.config.patch(freezing=freezing):
+                out, code = run_and_get_code(torch.compile(model, backend="norm_fusion", options=REGROUPED), x)
+            assert rel(out, model(x)) < 1e-5
+            calls = [line for line in code[0].splitlines() if "= torch.ops.norm_fusion.epilogue_gemm" in line]
+            weight_arg = calls[0].split("(", 1)[1].split(",")[1].strip()
+            assert weight_arg.startswith("_frozen_param") == freezing, calls[0]
+
+
 def test_normalized_tensor_read_elsewhere_is_left_unfused():
     """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
     of a matmul output could) stays unfused, with that reason."""

@@ -64,7 +64,7 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
                                 scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm)
 
 
-# (epilogue, a's shape, w's shape, dtype, w_kn, has bias) -> why Quack failed there; not tried again in this process
+# (epilogue, a's shape, w's shape, dtype, w_kn) -> why Quack failed there; not tried again in this process
 QUACK_FAILED: dict = {}
 
 
@@ -72,7 +72,7 @@ def _on_quack(a, w, residual, bias, scale, shift, u, epilogue: kernel.Epilogue, 
     """Quack's result, or None (the reason logged once) where it cannot run: the caller runs the Triton kernel.
     A GEMM Quack failed on (at JIT time, typically) is not tried again in this process."""
     reason = quack_kernel.unsupported_reason(a, w, w_kn, epilogue)
-    key = (epilogue, tuple(a.shape), tuple(w.shape), a.dtype, w_kn, bias is not None)
+    key = (epilogue, tuple(a.shape), tuple(w.shape), a.dtype, w_kn)
     if reason is None and key in QUACK_FAILED:
         return None
     if reason is None:

@@ -78,7 +78,7 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
 
 
 @functools.lru_cache(maxsize=None)
-def _epilogue_mod(epilogue: Epilogue, has_bias: bool):
+def _epilogue_mod(epilogue: Epilogue):
     """The Quack epilogue for these pieces: a generated function (operands absent from its signature are absent
     from the kernel) wrapped by ``quack.epilogue.frontend.gemm_epilogue``."""
     from quack.activation import act_fn_map, gate_fn_map
@@ -95,7 +95,7 @@ def _epilogue_mod(epilogue: Epilogue, has_bias: bool):
         params += ["t", "u"]
         ops["t"], ops["u"] = ColVecLoad("t"), RowVecLoad("u")
         body.append("x = x - u * t")
-    if has_bias:
+    if epilogue.bias:
         params.append("bias")
         ops["bias"] = RowVecLoad("bias")
         body.append("x = x + bias")
@@ -118,7 +118,7 @@ def _epilogue_mod(epilogue: Epilogue, has_bias: bool):
         reduces["sqsum"] = ColVecReduce("sqsum", scaled=True)  # one fma(x, x, Σ) per element
         results.append('"sqsum": (x, x)')
     body.append("return {" + ", ".join(results) + "}")
-    tag = f"norm_fusion:{epilogue}:bias{int(has_bias)}"
+    tag = f"norm_fusion:{epilogue}"
     source = "\n".join([f"def epilogue({', '.join(['acc', *params])}):", f'    """{tag}"""']
                        + [f"    {line}" for line in body])
     namespace = {"act": act, "pack": pack, "unpack": unpack, "__name__": __name__ + "_generated"}
@@ -139,7 +139,9 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
         out = torch.empty(M, N // 2 if epilogue.gated else N, device=a.device, dtype=a.dtype)
     if aux is None and epilogue.write_aux:
         aux = torch.empty(M, N, device=a.device, dtype=a.dtype)
-    mod = _epilogue_mod(epilogue, bias is not None)
+    if epilogue.bias != (bias is not None):
+        raise ValueError(f"epilogue.bias={epilogue.bias} but bias is {'given' if bias is not None else 'None'}")
+    mod = _epilogue_mod(epilogue)
     operands = {}
     if epilogue.row_norm != "none":
         operands["s"] = scale

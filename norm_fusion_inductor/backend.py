@@ -36,11 +36,11 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     compiled = compile_fx(gm, example_inputs, config_patches=patches)
     if key is not None:
         if passes.joint_runs() != runs:
-            report.save_graph_sites(config.cache_dir, key, report.since(count))
+            report.save_graph_sites(config.cache_root, key, report.since(count))
         else:
             if config.logging_enabled:
                 report.enable_logging()
-            report.replay_graph_sites(config.cache_dir, key, passes.new_graph_id(), config.logging_enabled)
+            report.replay_graph_sites(config.cache_root, key, passes.new_graph_id(), config.logging_enabled)
     return compiled
 
 

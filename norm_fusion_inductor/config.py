@@ -120,6 +120,12 @@ class NormFusionConfig:
         return cls(**value)
 
     @property
+    def cache_root(self) -> str:
+        """The folder of the plugin's caches: ``cache_dir``, or ~/.cache/norm_fusion_inductor."""
+        return os.fspath(self.cache_dir) if self.cache_dir is not None else os.path.join(
+            os.path.expanduser("~"), ".cache", "norm_fusion_inductor")
+
+    @property
     def logging_enabled(self) -> bool:
         return self.log or self.log_graph or os.environ.get("NORM_FUSION_LOG", "0") not in ("", "0")
 

@@ -118,16 +118,15 @@ def graph_key(gm, example_inputs, pass_uuid: str) -> str:
     return h.hexdigest()
 
 
-def _sites_file(cache_dir, key: str) -> pathlib.Path:
-    root = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "norm_fusion_inductor")
-    return pathlib.Path(root) / "sites" / f"{key}.json"
+def _sites_file(cache_root: str, key: str) -> pathlib.Path:
+    return pathlib.Path(cache_root) / "sites" / f"{key}.json"
 
 
-def save_graph_sites(cache_dir, key: str, sites: list[SiteRecord]) -> None:
+def save_graph_sites(cache_root: str, key: str, sites: list[SiteRecord]) -> None:
     """Keep the joint-stage records of one compiled graph (a read-only cache directory only loses the replay)."""
     rows = [dataclasses.asdict(s) for s in sites if s.stage == "joint"]
     try:
-        path = _sites_file(cache_dir, key)
+        path = _sites_file(cache_root, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(rows))
@@ -136,10 +135,10 @@ def save_graph_sites(cache_dir, key: str, sites: list[SiteRecord]) -> None:
         pass
 
 
-def replay_graph_sites(cache_dir, key: str, graph_id: int, emit: bool) -> int:
+def replay_graph_sites(cache_root: str, key: str, graph_id: int, emit: bool) -> int:
     """Record again (and log) the joint-stage records kept for this graph; how many there were."""
     try:
-        rows = json.loads(_sites_file(cache_dir, key).read_text())
+        rows = json.loads(_sites_file(cache_root, key).read_text())
     except (OSError, ValueError):
         return 0
     for row in rows:

@@ -88,8 +88,7 @@ def _kernel_source_hash(module=norm_gemm) -> str:
 
 
 def _cache_file(config: NormFusionConfig) -> pathlib.Path:
-    root = config.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "norm_fusion_inductor")
-    return pathlib.Path(root) / "choices.json"
+    return pathlib.Path(config.cache_root) / "choices.json"
 
 
 def _key(site) -> str:

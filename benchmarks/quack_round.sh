@@ -6,6 +6,7 @@
 #       llama_kernels = the same at the Llama-3-8B shapes (and the recsys shape the first run's limit cut);
 #       towers = the recsys towers (default, the plugin with both backends, the plugin with Triton alone);
 #       llama = the Llama-3-8B and Qwen3 layers the same way; bert = BERT-base and GPT-2-medium;
+#       checks = the fp16 Quack tests, the model trained through Quack and both fuzz runs in one call;
 #       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50).
 set -o pipefail
 if [ "$1" = unpack ]; then bash .cute/a/unpack.sh; exit $?; fi
@@ -27,9 +28,14 @@ llama_kernels)
      --only 131072x1024x512 16384x4096x4096 16384x4096x28672 16384x14336x4096 \
      --json $OUT/epilogue_llama.json 2>&1 | tee $OUT/epilogue_llama.log)
   ;;
+checks)
+  timeout 200 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings -k "float16 or model" 2>&1 | tail -25 | tee $OUT/tests.log
+  timeout 200 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
+  timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
+  ;;
 fuzz)
-  timeout 330 python tests/fuzz_regrouped.py --cases 1000 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
-  timeout 220 python tests/fuzz_regrouped.py --cases 60 --backend quack 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
+  timeout 330 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
+  timeout 220 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 bert)
   (cd benchmarks && timeout 560 python blocks.py --blocks bert_base_layer gpt2_medium_layer --rounds 3 \

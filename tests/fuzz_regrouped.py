@@ -10,6 +10,10 @@ for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
     python tests/fuzz_regrouped.py --cases 1000            # on the GPU: one device call, a summary per family
     python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
     python tests/fuzz_regrouped.py --cases 100 --backend quack   # the Quack backend (JIT per new shape: seconds)
+    python tests/fuzz_regrouped.py --cases 1000 --workers 6       # the same cases in six processes (compiles in parallel)
+
+On the GPU each case runs one block config drawn with it (every config gets exercised, and one compile per case
+instead of the tuner's eight); the cost is Triton's compile of each new specialization, hence the workers.
 
 ``tests/test_regrouped.py`` runs a few CPU cases of it in the normal suite.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import sys
 
@@ -131,14 +136,32 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
     return ("kernel", f"err {err:.1e}") if reason is None else ("fallback", reason)
 
 
-def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton", progress: int = 0) -> dict:
+def _drawn_config(case: dict):
+    """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case."""
+    def pick(a, w, w_kn, epilogue, run):
+        configs = eg._configs(a, epilogue)
+        return configs[case["config"] % len(configs)]
+    return pick
+
+
+def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton", progress: int = 0,
+        shard: int = 0, shards: int = 1) -> dict:
     """{family: Counter of outcomes}; raises on the first wrong result. ``progress``: print a line every that many
-    cases (a run cut short by a timeout still says how far it got)."""
+    cases (a run cut short by a timeout still says how far it got). ``shard`` of ``shards``: run every
+    ``shards``-th case of the same sequence."""
     rng = random.Random(seed)
     summary = {f: collections.Counter() for f in FAMILIES}
+    tuned_config = eg.tuned_config
     for i in range(cases):
         case = random_case(rng, device, max_m)
-        path, detail = check_case(case, device, backend)
+        case["config"] = rng.randrange(64)
+        if i % shards != shard:
+            continue
+        eg.tuned_config = _drawn_config(case)
+        try:
+            path, detail = check_case(case, device, backend)
+        finally:
+            eg.tuned_config = tuned_config
         summary[case["family"]][path if path == "kernel" else f"fallback: {detail.split(' (')[0]}"] += 1
         if progress and (i + 1) % progress == 0:
             print(f"{i + 1} cases, 0 wrong", flush=True)
@@ -151,14 +174,51 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-m", type=int, default=300_000)
     p.add_argument("--backend", default="triton", choices=["triton", "quack"])
+    p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
+    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50)
+    if args.workers > 1:
+        return _run_workers(args)
+    summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50 // args.shards or 1,
+                  shard=args.shard, shards=args.shards)
+    if args.shards > 1:  # read back by _run_workers
+        print("SUMMARY", json.dumps({f: dict(c) for f, c in summary.items()}), flush=True)
+        return 0
+    _print_summary(summary)
+    return 0
+
+
+def _run_workers(args) -> int:
+    """The cases split over ``args.workers`` processes; their summaries merged; the first failure's output shown."""
+    import subprocess
+
+    base = [sys.executable, __file__, "--cases", str(args.cases), "--seed", str(args.seed), "--max-m",
+            str(args.max_m), "--backend", args.backend, "--shards", str(args.workers)]
+    procs = [subprocess.Popen(base + ["--shard", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(args.workers)]
+    summary = {f: collections.Counter() for f in FAMILIES}
+    failed = 0
+    for i, proc in enumerate(procs):
+        output, _ = proc.communicate()
+        lines = output.splitlines()
+        for line in lines:
+            if line.startswith("SUMMARY "):
+                for family, counts in json.loads(line[len("SUMMARY "):]).items():
+                    summary[family].update(counts)
+        if proc.returncode:
+            failed += 1
+            print(f"worker {i} failed (exit {proc.returncode}):", *lines[-30:], sep="\n")
+    _print_summary(summary)
+    return 1 if failed else 0
+
+
+def _print_summary(summary: dict) -> None:
     for family, counts in summary.items():
         print(f"{family}: {sum(counts.values())} cases, 0 wrong")
         for outcome, n in counts.most_common():
             print(f"  {n:5d}  {outcome}")
-    return 0
 
 
 if __name__ == "__main__":

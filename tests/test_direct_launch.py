@@ -166,3 +166,32 @@ def test_gluon_plan_traces_to_its_launch_op(fake_cuda, norm, prologue):
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
     outputs = gm.graph.find_nodes(op="output")[0].args[0]
     assert [tuple(o.meta["val"].shape) for o in outputs] == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)
+
+
+def _is_triton_function(obj) -> bool:
+    # JITFunction compiled, InterpretedFunction under TRITON_INTERPRET=1 (conftest), Gluon's subclass
+    return type(obj).__name__.endswith(("JITFunction", "InterpretedFunction")) and callable(getattr(obj, "fn", None))
+
+
+def test_kernel_helpers_are_called_by_their_own_names():
+    """Inductor copies a launched kernel's @triton.jit helpers into its generated code by their source, so under
+    their own names: a helper imported under an alias (``import tile_coords as _tile_coords``) is undefined there,
+    and the first compile on a GPU fails with a NameError."""
+    import importlib
+    import pkgutil
+
+    import norm_fusion_inductor.kernels as kernels
+
+    aliased, seen = [], 0
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for kernel_name, kernel in vars(module).items():
+            if not _is_triton_function(kernel):
+                continue
+            seen += 1
+            for name in kernel.fn.__code__.co_names:
+                helper = kernel.fn.__globals__.get(name)
+                if _is_triton_function(helper) and helper.fn.__name__ != name:
+                    aliased.append(f"{info.name}.{kernel_name} calls {helper.fn.__name__} as {name}")
+    assert seen > 10
+    assert not aliased, aliased

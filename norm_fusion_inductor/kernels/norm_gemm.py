@@ -87,7 +87,7 @@ from .common import ensure_allocator as _ensure_allocator
 from .common import interpret_mode as _env_interpret
 from .common import m_bucket as _bucket
 from .common import num_sms as _num_sms
-from .common import tile_coords as _tile_coords
+from .common import tile_coords
 
 
 @triton.jit
@@ -147,7 +147,7 @@ def norm_gemm_kernel(
     num_tiles = num_pid_m * num_pid_n
 
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

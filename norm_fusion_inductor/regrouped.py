@@ -16,6 +16,11 @@ it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Qu
 (``kernels.quack_epilogue_gemm``) where it is installed and takes the epilogue; else the next of those, and the
 same math in torch ops last, with the reason logged once. No autograd: the pass inserts it into joint graphs after
 autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
+
+The backward regroups the same way (docs/design_notes/regrouped_backward.md). For a pre-norm RMSNorm
+n = x·rstd·γ read by one linear (z = n Wᵀ): dn = dz W is that linear's dgrad, and its epilogue finishes the norm's
+backward for whole rows, ``torch.ops.norm_fusion.rms_backward_gemm(dz, w, x, rstd, gamma, dresidual, w_kn)
+-> (dx, dγ)``:  g = dn·γ,  dx = rstd·(g − x̂·mean(g·x̂)) + dR,  dγ = Σ_m dn·x̂ (fp32).
 """
 
 from __future__ import annotations
@@ -139,6 +144,40 @@ def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, st
     else:
         partials = a.new_empty(0, dtype=torch.float32)
     return out, aux, partials
+
+
+@torch.library.custom_op("norm_fusion::rms_backward_gemm", mutates_args=())
+def rms_backward_gemm(dz: Tensor, w: Tensor, x: Tensor, rstd: Tensor, gamma: Tensor, dresidual: Optional[Tensor],
+                      w_kn: bool) -> tuple[Tensor, Tensor]:
+    epilogue = kernel.Epilogue(residual=dresidual is not None, norm_backward="rms")
+    dz, w, _, reason = prepare(dz, w, None, w_kn, epilogue)
+    if reason is None:
+        reason = next((f"{name} is not a contiguous [M, N] tensor with 16-byte aligned rows"
+                       for name, t in (("x", x), ("dresidual", dresidual))
+                       if t is not None and (not t.is_contiguous() or not _tma_ready(t) or t.dtype != dz.dtype)),
+                      None)
+    if reason is not None:
+        _warn_once(f"rms_backward_gemm runs its torch reference: {reason}")
+        return rms_backward_reference(dz, w, x, rstd, gamma, dresidual, w_kn)
+    dx, colpart = kernel.norm_backward_gemm(dz, w, x, rstd.float().contiguous(), gamma.contiguous(), dresidual,
+                                            w_kn=w_kn)
+    return dx, colpart.sum(0)
+
+
+@rms_backward_gemm.register_fake
+def _(dz, w, x, rstd, gamma, dresidual, w_kn):
+    return torch.empty_like(x), x.new_empty(x.shape[1], dtype=torch.float32)
+
+
+def rms_backward_reference(dz, w, x, rstd, gamma, dresidual, w_kn: bool):
+    """rms_backward_gemm's math in torch ops (fp32)."""
+    dn = dz.float() @ (w.float() if w_kn else w.float().t())  # w [F, N] (w_kn, nn.Linear's) or [N, F]
+    x_hat = x.float() * rstd.float()[:, None]
+    g = dn * gamma.float()
+    dx = rstd.float()[:, None] * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+    if dresidual is not None:
+        dx = dx + dresidual.float()
+    return dx.to(x.dtype), (dn * x_hat).sum(0)
 
 
 @functools.lru_cache(maxsize=None)

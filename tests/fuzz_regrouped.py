@@ -139,7 +139,7 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
 def _drawn_config(case: dict):
     """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case."""
     def pick(a, w, w_kn, epilogue, run):
-        configs = eg._configs(a, epilogue)
+        configs = eg._configs(a, epilogue, w.shape[1 if w_kn else 0])
         return configs[case["config"] % len(configs)]
     return pick
 

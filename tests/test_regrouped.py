@@ -344,3 +344,63 @@ def test_post_norm_bert_trains_with_residuals_normalized_on_load():
         if p64.grad is None or "key.bias" in name:  # softmax ignores a key bias: its gradient is rounding noise
             continue
         assert rel(p.grad, p64.grad) < 1e-4, name
+
+
+def _rms_backward64(dz, w, x, gamma, dresidual, w_kn, eps=1e-6):
+    """(dx, dγ) of y = (RMSNorm(x)·γ) Wᵀ by float64 autograd, plus dR on dx."""
+    x64 = x.double().requires_grad_()
+    g64 = gamma.double().requires_grad_()
+    n = x64 * torch.rsqrt(x64.square().mean(-1, keepdim=True) + eps) * g64
+    y = n @ (w.double() if w_kn else w.double().t()).t()
+    y.backward(dz.double())
+    return x64.grad + (dresidual.double() if dresidual is not None else 0.0), g64.grad
+
+
+RMS_BACKWARD_SHAPES = [(1000, 776, 256), (4097, 1032, 96)] if CUDA else [(37, 80, 24), (20, 48, 40)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("w_kn", [True, False])
+@pytest.mark.parametrize("with_dresidual", [True, False])
+def test_rms_backward_gemm_matches_float64(dtype, w_kn, with_dresidual):
+    """The norm's backward on the consumer's dgrad (regrouped.rms_backward_gemm): dx and dγ against float64
+    autograd of the pre-norm block, outputs poisoned before the run."""
+    for M, F_, N in RMS_BACKWARD_SHAPES:
+        torch.manual_seed(M + N)
+        x = (torch.randn(M, N) * 3 + 0.5).to(DEVICE, dtype)
+        gamma = (torch.rand(N) + 0.5).to(DEVICE, dtype)
+        w = (torch.randn(F_, N) if w_kn else torch.randn(N, F_)).to(DEVICE, dtype) / N ** 0.5
+        dz = torch.randn(M, F_, device=DEVICE, dtype=dtype)
+        dres = torch.randn(M, N, device=DEVICE, dtype=dtype) if with_dresidual else None
+        rstd = torch.rsqrt(x.float().square().mean(-1) + 1e-6)
+        dx_ref, dgamma_ref = _rms_backward64(dz, w, x, gamma, dres, w_kn)
+        poisoned = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype)
+        dx, colpart = eg.norm_backward_gemm(dz, w, x, rstd, gamma, dres, w_kn=w_kn)
+        poisoned.copy_(dx)  # the kernel wrote every element: no NaN survives
+        assert torch.isfinite(poisoned).all()
+        assert rel(dx, dx_ref) < tol(dtype), (M, F_, N, rel(dx, dx_ref))
+        assert rel(colpart.sum(0), dgamma_ref) < tol(dtype), (M, F_, N, rel(colpart.sum(0), dgamma_ref))
+        dx_op, dgamma_op = regrouped.rms_backward_gemm(dz, w, x, rstd, gamma, dres, w_kn)
+        assert rel(dx_op, dx_ref) < tol(dtype) and rel(dgamma_op, dgamma_ref) < tol(dtype)
+
+
+def test_rms_backward_gemm_declines_wide_rows_with_the_reason(caplog):
+    """Rows wider than one tile are not the kernel's (the deferred correction is not built): the op runs its
+    torch reference, still right, and says why."""
+    M, F_, N = 8, 16, eg.NORM_BACKWARD_MAX_N + 8
+    x, gamma = torch.randn(M, N, device=DEVICE), torch.rand(N, device=DEVICE) + 0.5
+    w, dz = torch.randn(F_, N, device=DEVICE), torch.randn(M, F_, device=DEVICE)
+    rstd = torch.rsqrt(x.square().mean(-1) + 1e-6)
+    reason = eg.unsupported_reason(dz, w, True, eg.Epilogue(norm_backward="rms"))
+    assert reason is not None and "whole rows" in reason and str(N) in reason
+    dx, dgamma = regrouped.rms_backward_gemm(dz, w, x, rstd, gamma, None, True)
+    dx_ref, dgamma_ref = _rms_backward64(dz, w, x, gamma, None, True)
+    assert rel(dx, dx_ref) < 1e-4 and rel(dgamma, dgamma_ref) < 1e-4
+
+
+def test_rms_backward_gemm_opcheck():
+    M, F_, N = 20, 48, 40
+    args = (torch.randn(M, F_, device=DEVICE), torch.randn(F_, N, device=DEVICE), torch.randn(M, N, device=DEVICE),
+            torch.rand(M, device=DEVICE) + 0.5, torch.rand(N, device=DEVICE) + 0.5, torch.randn(M, N, device=DEVICE),
+            True)
+    torch.library.opcheck(torch.ops.norm_fusion.rms_backward_gemm.default, args)

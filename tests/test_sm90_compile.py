@@ -402,6 +402,12 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(bias=True, residual=True, stats=kind, residual_norm=kind),
                   partials=_empty(2 if kind == "ln" else 1, N // 128, M, dtype=torch.float32),
                   residual_norm=eg.ResidualNorm(rows, shift, cols, bias))
+    # the RMSNorm backward on the dgrad: every config, whole rows of 256 (128 for the BLOCK_N 128 ones), with dR
+    for cfg in eg.NORM_BACKWARD_CONFIGS:
+        width = cfg["BLOCK_N"]
+        eg.launch(cfg, _empty(M, N), _empty(N, width), _empty(M, width), w_kn=True, residual=_empty(M, width),
+                  epilogue=eg.Epilogue(residual=True, norm_backward="rms"), scale=rows, x=_empty(M, width),
+                  gamma=_empty(width), colpart=_empty(M // 64, width, dtype=torch.float32))
 
 
 def _norm_gemm_gluon(ngg):

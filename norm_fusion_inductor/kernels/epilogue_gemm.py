@@ -21,6 +21,13 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   no traffic between CTAs.
 * ``ACTIVATION`` — none, relu, gelu (erf), gelu_tanh, silu, relu² on z; or a gated one (``GATED``): w holds the
   gate and up rows interleaved (row 2j gate j, 2j+1 up j) and out[:, j] = act(z[:, 2j]) · z[:, 2j+1], N/2 wide.
+* ``NORM_BACKWARD`` — the regrouped backward of a pre-norm RMSNorm whose consumer is this GEMM's B operand
+  (docs/design_notes/regrouped_backward.md, variant B): a = dz, w = the consumer's unfolded weight, so
+  acc = dn = dz·W, the gradient reaching the normalized tensor n = x̂·γ, x̂ = x·rstd. With the saved stream x
+  (a tile load beside the residual's) and rstd (``scale``), and the whole row in the tile (BLOCK_N ≥ N):
+  g = dn·γ,  dx = rstd·(g − x̂·Σ_n(g·x̂)/N),  then + residual (the stream's own gradient dR) stored once;
+  and per row block the column partials Σ_m dn·x̂ of dγ to ``colpart`` [cdiv(M, BLOCK_M), N] (fp32, one writer
+  per element, summed in a fixed order by the host: deterministic).
 
 The mainloop is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs walking output
 tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
@@ -134,10 +141,22 @@ def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, 
 
 
 @triton.jit
+def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, offs_m, offs_n, pid_m, M, N):
+    """dx = rstd·(g − x̂·Σ(g·x̂)/N), g = dn·γ, x̂ = x·rstd, for whole rows (the tile spans N); stores this row
+    block's dγ partials Σ_m dn·x̂. Out-of-range rows and columns of dn and x are zero (TMA), so they add nothing."""
+    rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
+    x_hat = x * rstd[:, None]
+    tl.store(colpart_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
+    g = dn * tl.load(gamma_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    c = tl.sum(g * x_hat, axis=1) / N
+    return (g - x_hat * c[:, None]) * rstd[:, None]
+
+
+@triton.jit
 def epilogue_gemm_kernel(
     a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
-    res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr,
-    M, N, K, stride_am, stride_wn, stride_om, stride_rm,
+    res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, x_ptr, gamma_ptr, colpart_ptr,
+    M, N, K, stride_am, stride_wn, stride_om, stride_rm, stride_xm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
@@ -145,6 +164,7 @@ def epilogue_gemm_kernel(
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
+    NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (whole rows: BLOCK_N ≥ N)
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
@@ -168,6 +188,9 @@ def epilogue_gemm_kernel(
     if HAS_RESIDUAL:
         r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[stride_rm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N])
+    if NORM_BACKWARD != 0:
+        xin_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[stride_xm, 1],
+                                             block_shape=[BLOCK_M, BLOCK_N])
 
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -181,6 +204,8 @@ def epilogue_gemm_kernel(
         off_n = pid_n * BLOCK_N
         if HAS_RESIDUAL:  # issued before the k-loop: its latency hides under the mainloop
             residual = r_desc.load([off_m, off_n])
+        if NORM_BACKWARD != 0:
+            x_tile = xin_desc.load([off_m, off_n])
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
@@ -193,6 +218,9 @@ def epilogue_gemm_kernel(
 
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
+        if NORM_BACKWARD != 0:
+            acc = _rms_backward(acc, x_tile.to(tl.float32), scale_ptr, gamma_ptr, colpart_ptr, offs_m, offs_n,
+                                pid_m, M, N)
         if ROW_NORM != 0:
             acc = _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, ROW_NORM == 2)
         if HAS_BIAS:
@@ -228,6 +256,7 @@ class Epilogue:
     activation: str = "none"  # ACTIVATIONS or GATED
     write_aux: bool = False
     stats: str = "none"  # "none" | "rms" | "ln"
+    norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -242,6 +271,12 @@ class Epilogue:
             raise ValueError(f"epilogue activation must be one of {ACTIVATIONS + GATED}, got {self.activation!r}")
         if self.gated and (self.residual or self.stats != "none"):
             raise ValueError("a gated activation halves the output: no residual or statistics with it")
+        if self.norm_backward not in ("none", "rms"):
+            raise ValueError(f"epilogue norm_backward must be 'none' or 'rms', got {self.norm_backward!r}")
+        if self.norm_backward != "none" and (self.row_norm != "none" or self.bias or self.residual_norm != "none"
+                                             or self.activation != "none" or self.write_aux
+                                             or self.stats != "none"):
+            raise ValueError("the norm's backward takes a plain residual (dR) only: no other epilogue piece")
 
     @property
     def gated(self) -> bool:
@@ -274,6 +309,15 @@ GPU_CONFIGS = [
         (64, 128, 64, 3, 4, False, 2),
         (64, 256, 64, 3, 8, False, 2),
     ]
+]
+# The norm's backward holds whole rows (BLOCK_N ≥ N ≤ 256) and two more tiles (x, dR): 64-row tiles keep the
+# accumulator and those in registers; BLOCK_M is fixed because it sizes the dγ partials (the fake op's output).
+NORM_BACKWARD_BLOCK_M = 64
+NORM_BACKWARD_MAX_N = 256
+NORM_BACKWARD_CONFIGS = [
+    dict(BLOCK_M=NORM_BACKWARD_BLOCK_M, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=False,
+         WARP_SPECIALIZE=False, CTAS_PER_SM=c)
+    for (bn, s, w, c) in [(256, 3, 8, 1), (256, 4, 8, 1), (128, 4, 4, 1), (128, 3, 4, 2)]
 ]
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1, FLATTEN=False,
                           WARP_SPECIALIZE=False, CTAS_PER_SM=1)
@@ -311,10 +355,23 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"N={N}: output rows are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
+    if epilogue.norm_backward != "none" and N > NORM_BACKWARD_MAX_N:
+        return (f"the norm's backward holds whole rows in one tile: width {N} > {NORM_BACKWARD_MAX_N} "
+                f"(wider rows need the deferred correction, not built)")
     return None
 
 
-def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
+def norm_backward_block_m(device: torch.device) -> int:
+    """Rows per dγ partial of the norm's backward: the BLOCK_M of every config it runs with."""
+    return NORM_BACKWARD_BLOCK_M if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_M"]
+
+
+def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
+    if epilogue.norm_backward != "none":
+        if not a.is_cuda:  # whole rows in one tile
+            return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], triton.next_power_of_2(N)))]
+        configs = [c for c in NORM_BACKWARD_CONFIGS if c["BLOCK_N"] >= N]
+        return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
     if not a.is_cuda:
         return [INTERPRETER_CONFIG]
     configs = GPU_CONFIGS
@@ -337,7 +394,8 @@ class ResidualNorm:
 
 
 def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
-           scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None) -> None:
+           scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None,
+           x=None, gamma=None, colpart=None) -> None:
     """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None."""
     M, K = a.shape
     N = w.shape[1 if w_kn else 0]
@@ -358,13 +416,15 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         *(t if t is not None else dummy for t in (
             (residual_norm.scale, residual_norm.shift, residual_norm.weight, residual_norm.bias)
             if residual_norm is not None else (None,) * 4)),
+        *(t if t is not None else dummy for t in (x, gamma, colpart)),
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
+        x.stride(0) if x is not None else 0,
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
-        STATS=STATS[epilogue.stats], W_KN=w_kn, DOT_PRECISION=dot_precision,
+        STATS=STATS[epilogue.stats], NORM_BACKWARD=STATS[epilogue.norm_backward], W_KN=w_kn, DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )
 
@@ -375,10 +435,10 @@ _TUNED: dict = {}
 def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     """The fastest block config for this shape bucket and epilogue, timed once per process (``run(cfg)`` launches
     one config); the interpreter has one config."""
-    configs = _configs(a, epilogue)
+    N = w.shape[1 if w_kn else 0]
+    configs = _configs(a, epilogue, N)
     if len(configs) == 1:
         return configs[0]
-    N = w.shape[1 if w_kn else 0]
     key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
     if key not in _TUNED:
         from triton.testing import do_bench_cudagraph
@@ -425,3 +485,24 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
 
     run(config or tuned_config(a, w, w_kn, epilogue, run))
     return out, aux_out, partials_out
+
+
+def norm_backward_gemm(dz: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
+                       dresidual: torch.Tensor | None = None, *, w_kn: bool = True, config: dict | None = None):
+    """(dx, dγ partials) of RMSNorm's backward on its consumer's dgrad (module doc, ``NORM_BACKWARD``).
+    dz [M, F] (the consumer's output gradient), w its weight [F, N] (``w_kn``, as nn.Linear stores it: the
+    dgrad's B) or [N, F], x [M, N] the saved stream, rstd [M] fp32, γ [N]; dresidual [M, N] is added to dx.
+    dx [M, N] in x's dtype; dγ partials [cdiv(M, norm_backward_block_m), N] fp32 (dγ = their sum over rows)."""
+    M, N = x.shape
+    epilogue = Epilogue(residual=dresidual is not None, norm_backward="rms")
+    dx = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    colpart = torch.empty(triton.cdiv(M, norm_backward_block_m(x.device)), N, device=x.device, dtype=torch.float32)
+    if M == 0:
+        return dx, colpart
+    tensors = dict(residual=dresidual, scale=rstd, x=x, gamma=gamma, colpart=colpart)
+
+    def run(cfg):
+        launch(cfg, dz, w, dx, epilogue=epilogue, w_kn=w_kn, **tensors)
+
+    run(config or tuned_config(dz, w, w_kn, epilogue, run))
+    return dx, colpart

@@ -137,10 +137,19 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
 
 
 def _drawn_config(case: dict):
-    """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case."""
+    """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case; like the tuner it
+    passes over a config that does not compile or fit in shared memory (the next one is tried)."""
     def pick(a, w, w_kn, epilogue, run):
         configs = eg._configs(a, epilogue, w.shape[1 if w_kn else 0])
-        return configs[case["config"] % len(configs)]
+        first = case["config"] % len(configs)
+        errors = []
+        for cfg in configs[first:] + configs[:first]:
+            try:
+                run(cfg)
+                return cfg
+            except Exception as e:  # triton's OutOfResources, a compile error: what the tuner skips
+                errors.append(f"{type(e).__name__}: {str(e)[:120]}")
+        raise RuntimeError(f"no config runs: {errors}")
     return pick
 
 

@@ -134,12 +134,7 @@ def _rms_backward(ctx, grad_out, _grad_rstd):
     x, norm_weight, weight, rstd = ctx.saved_tensors
     acc = _stats_dtype(x)
     x_hat = x.reshape(-1, x.shape[-1]).to(acc) * rstd.reshape(-1, 1).to(acc)
-    fused = _fused_norm_backward(ctx, grad_out, x, norm_weight, weight, None, rstd)
-    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, None, weight, (1, None, 2, 3),
-                                    norm_grads=fused is None)
-    if fused is not None:
-        grad_x, grads["norm_weight"], _ = fused
-        return grad_x, grads["norm_weight"], grads["weight"], grads["bias"], None, None
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, None, weight, (1, None, 2, 3))
     grad_normed = grads.pop("grad_normed")
     grad_x = None
     if ctx.needs_input_grad[0]:
@@ -148,32 +143,9 @@ def _rms_backward(ctx, grad_out, _grad_rstd):
     return grad_x, grads["norm_weight"], grads["weight"], grads["bias"], None, None
 
 
-def _fused_norm_backward(ctx, grad_out, x, gamma, weight, mean, rstd):
-    """(dx, dγ, dβ) from the dgrad kernel with the norm's backward in its epilogue (norm_gemm.norm_backward_dgrad),
-    or None where it does not run: it is opt-in (NORM_FUSION_FUSED_BACKWARD=1) until measured on the GPU, and
-    needs the kernel's operands. dγ/dβ come back in the parameters' dtypes; dβ is None for RMSNorm."""
-    if os.environ.get("NORM_FUSION_FUSED_BACKWARD", "0") != "1":
-        return None
-    x2d = x.reshape(-1, x.shape[-1])
-    dy = grad_out.reshape(x2d.shape[0], -1)
-    if (dy.dtype != x.dtype or not dy.is_contiguous() or not x2d.is_contiguous()
-            or _kernel_unsupported_reason(x2d, weight, ctx.weight_kn, center=mean is not None) is not None
-            or norm_gemm.post_norm_unsupported_reason(x.dtype, dy.shape[1], x2d.shape[1], x2d.shape[0],
-                                                      x.device) is not None):
-        return None
-    dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(
-        dy, weight, x2d, rstd.reshape(-1).float().contiguous(),
-        mean.reshape(-1).float().contiguous() if mean is not None else None,
-        gamma.contiguous() if gamma is not None else None, layer_norm=mean is not None, w_kn=ctx.weight_kn)
-    d_gamma = d_gamma.to(gamma.dtype) if gamma is not None else None
-    d_beta = d_beta.to(gamma.dtype if gamma is not None else x.dtype) if d_beta is not None else None
-    return dx.reshape(x.shape), d_gamma, d_beta
-
-
-def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, indices, norm_grads=True):
+def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, indices):
     """Gradients of out = (x̂·γ + β) Wᵀ + b for the linear and the affine part; ``grad_normed`` is dL/dx̂.
-    ``indices`` are the input positions of (γ, β, W, b) in the op, for needs_input_grad. ``norm_grads=False``:
-    only the linear's (the fused kernel computes the rest)."""
+    ``indices`` are the input positions of (γ, β, W, b) in the op, for needs_input_grad."""
     i_gamma, i_beta, i_weight, i_bias = indices
     acc = x_hat.dtype
     normed = x_hat * gamma.to(acc) if gamma is not None else x_hat
@@ -182,10 +154,6 @@ def _affine_linear_backward(ctx, grad_out, x_hat, x_dtype, gamma, beta, weight, 
     weight_nk = _as_nk(weight, ctx.weight_kn)
     grad_out = grad_out.reshape(-1, weight_nk.shape[0])
     need = ctx.needs_input_grad
-    if not norm_grads:
-        grad_weight = torch.mm(grad_out.t(), normed.to(x_dtype)) if need[i_weight] else None
-        return {"weight": grad_weight.t() if grad_weight is not None and ctx.weight_kn else grad_weight,
-                "bias": grad_out.to(acc).sum(0).to(weight.dtype) if ctx.has_bias and need[i_bias] else None}
     grad_n = torch.mm(grad_out, weight_nk).to(acc)
     grad_weight = None
     if need[i_weight]:
@@ -274,13 +242,7 @@ def _ln_backward(ctx, grad_out, _grad_mean, _grad_rstd):
     acc = _stats_dtype(x)
     rstd2d = rstd.reshape(-1, 1).to(acc)
     x_hat = (x.reshape(-1, x.shape[-1]).to(acc) - mean.reshape(-1, 1).to(acc)) * rstd2d
-    fused = _fused_norm_backward(ctx, grad_out, x, norm_weight, weight, mean, rstd)
-    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, norm_bias, weight, (1, 2, 3, 4),
-                                    norm_grads=fused is None)
-    if fused is not None:
-        grad_x, grad_gamma, grad_beta = fused
-        return (grad_x, grad_gamma, grad_beta if norm_bias is not None else None, grads["weight"], grads["bias"],
-                None, None)
+    grads = _affine_linear_backward(ctx, grad_out, x_hat, x.dtype, norm_weight, norm_bias, weight, (1, 2, 3, 4))
     g = grads.pop("grad_normed")
     grad_x = None
     if ctx.needs_input_grad[0]:

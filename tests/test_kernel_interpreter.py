@@ -334,86 +334,6 @@ def _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm, eps=1e-5):
     return grads if layer_norm else (*grads, None)
 
 
-@interpreter
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-@pytest.mark.parametrize("K", [48, 80])  # dx rows of one tile (row exchange) or five (last-arriver), 16-wide tiles
-@pytest.mark.parametrize("w_kn", [False, True])
-def test_norm_backward_dgrad_matches_float64(dtype, layer_norm, K, w_kn):
-    """dx, dγ, dβ of the pre-norm from the dgrad kernel with the norm's backward as its epilogue, every plan,
-    rows shifted by 3σ (LayerNorm's mean matters), outputs poisoned."""
-    torch.manual_seed(K + layer_norm)
-    M, N = 37, 40
-    x = (torch.randn(M, K) * 2 + (3.0 if layer_norm else 0.0)).to(dtype)
-    gamma, beta = (torch.rand(K) + 0.5).to(dtype), torch.randn(K).to(dtype)
-    w = (torch.randn(N, K) / K**0.5).to(dtype)
-    dy = torch.randn(M, N).to(dtype)
-    mean, rstd = saved_norm_stats(x, layer_norm)
-    ref = _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm)
-    plans = norm_gemm._post_candidate_plans(x, K)
-    assert [p[0] for p in plans] == (["row", "last"] if K <= 64 else ["last"])
-    for plan in plans:
-        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, w.t().contiguous() if w_kn else w, x, rstd, mean,
-                                                            gamma, layer_norm=layer_norm, w_kn=w_kn, plan=plan)
-        assert not dx.isnan().any()
-        assert rel_err(dx, ref[0]) < TOL[dtype] * 2, plan[0]
-        assert rel_err(d_gamma, ref[1]) < TOL[dtype] * 2
-        assert (d_beta is None) == (not layer_norm) and (d_beta is None or rel_err(d_beta, ref[2]) < TOL[dtype] * 2)
-
-
-@interpreter
-@pytest.mark.parametrize("w_kn", [False, True])
-@pytest.mark.parametrize("K", [48, 80])
-def test_norm_backward_dgrad_dbeta_from_dy(poisoned_empty, K, w_kn):
-    """LayerNorm's dβ as (Σ_m dY)·W outside the kernel (its epilogue then sums dγ's columns only), and no column
-    sums at all (the probes' timing variant): dx unchanged, every gradient against float64."""
-    torch.manual_seed(K)
-    M, N = 37, 40
-    x = torch.randn(M, K) * 2 + 3.0
-    gamma, beta = torch.rand(K) + 0.5, torch.randn(K)
-    w = torch.randn(N, K) / K**0.5
-    dy = torch.randn(M, N)
-    mean, rstd = saved_norm_stats(x, True)
-    ref = _norm_linear_grads64(x, gamma, beta, w, dy, True)
-    weight = w.t().contiguous() if w_kn else w
-    for plan in norm_gemm._post_candidate_plans(x, K):
-        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, weight, x, rstd, mean, gamma, layer_norm=True,
-                                                            w_kn=w_kn, plan=plan, dbeta_from_dy=True)
-        for name, got, r in zip(("dx", "dgamma", "dbeta"), (dx, d_gamma, d_beta), ref):
-            assert rel_err(got, r) < 1e-5, (plan[0], name)
-        dx, d_gamma, d_beta = norm_gemm.norm_backward_dgrad(dy, weight, x, rstd, mean, gamma, layer_norm=True,
-                                                            w_kn=w_kn, plan=plan, col_sums=False)
-        assert d_gamma is None and d_beta is None and rel_err(dx, ref[0]) < 1e-5, plan[0]
-
-
-@interpreter
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-def test_op_backward_uses_the_fused_kernel_when_enabled(monkeypatch, layer_norm):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    monkeypatch.setenv("NORM_FUSION_FUSED_BACKWARD", "1")
-    calls = _count_calls(monkeypatch, "norm_backward_dgrad")
-    torch.manual_seed(0)
-    x = (torch.randn(2, 9, 48) * 2 + 1).requires_grad_()
-    gamma, beta = (torch.rand(48) + 0.5).requires_grad_(), torch.randn(48).requires_grad_()
-    w, b = (torch.randn(40, 48) / 7).requires_grad_(), torch.randn(40).requires_grad_()
-    if layer_norm:
-        params = (x, gamma, beta, w, b)
-        out = torch.ops.norm_fusion.layer_norm_linear(*params, 1e-5)[0]
-    else:
-        params = (x, gamma, w, b)
-        out = torch.ops.norm_fusion.rms_norm_linear(*params, 1e-5)[0]
-    dy = torch.randn_like(out)
-    fused = torch.autograd.grad(out, params, dy)
-    assert calls
-    monkeypatch.setenv("NORM_FUSION_FUSED_BACKWARD", "0")
-    out = (torch.ops.norm_fusion.layer_norm_linear(*params, 1e-5) if layer_norm
-           else torch.ops.norm_fusion.rms_norm_linear(*params, 1e-5))[0]
-    unfused = torch.autograd.grad(out, params, dy)
-    assert len(calls) == 1
-    for f, u in zip(fused, unfused):
-        assert rel_err(f, u) < 1e-5
-
-
 @contextlib.contextmanager
 def _programs_in_threads():
     """Run each program of an interpreted grid in a thread of its own, all at once. The interpreter runs them one
@@ -475,31 +395,6 @@ def poisoned_empty(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(empty(*a, **k)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(empty_like(*a, **k)))
-
-
-@interpreter
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-@pytest.mark.parametrize("w_kn", [False, True])
-@pytest.mark.parametrize("exchange,block_n", [("spin", 256), ("last", 256), ("last", 64)])
-def test_norm_backward_dgrad_wide_rows_every_exchange(poisoned_empty, layer_norm, w_kn, exchange, block_n):
-    """The GPU's failing case (LayerNorm, K >= 768: several CTAs per dx row) at interpreter size: K = 768 in 3 or
-    12 N tiles, three row blocks on a persistent grid of at most 4 programs (several rounds), the spin exchange
-    included (programs in threads), every buffer poisoned; dx, dγ and dβ against float64."""
-    torch.manual_seed(7)
-    M, K, N = 48, 768, 32
-    x = torch.randn(M, K) * 2 + (3.0 if layer_norm else 0.0)
-    gamma, beta = torch.rand(K) + 0.5, torch.randn(K)
-    w = torch.randn(N, K) / K**0.5
-    dy = torch.randn(M, N)
-    mean, rstd = saved_norm_stats(x, layer_norm)
-    ref = _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm)
-    plan = (exchange, dict(norm_gemm._INTERPRETER_CONFIG, BLOCK_N=block_n))
-    with _programs_in_threads():
-        got = norm_gemm.norm_backward_dgrad(dy, w.t().contiguous() if w_kn else w, x, rstd, mean, gamma,
-                                            layer_norm=layer_norm, w_kn=w_kn, plan=plan)
-    for name, g, r in zip(("dx", "dgamma", "dbeta"), got, ref):
-        assert (g is None) == (r is None), name
-        assert g is None or rel_err(g, r) < 1e-5, (name, rel_err(g, r))
 
 
 @interpreter

@@ -353,25 +353,12 @@ def _norm_gemm(ng):
                        layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=w_kn,
                        residual_out=_empty(M, n) if residual_out else None)
 
-    def dgrad(k, plan, layer_norm, norm_weight, w_kn, **options):
-        ng.norm_backward_dgrad(_empty(M, N), weight(N, k, w_kn), _empty(M, k), _empty(M, dtype=torch.float32),
-                               _empty(M, dtype=torch.float32) if layer_norm else None,
-                               _empty(k) if norm_weight else None, layer_norm=layer_norm, w_kn=w_kn, plan=plan,
-                               **{k: v for k, v in options.items() if k in ("dbeta_from_dy", "col_sums")})
-
     # every plan the GPU tunes over, at widths 256 (whole-row tiles; spin over 2 tiles), 1024 (spin) and 40960
-    # (more N tiles than SMs: last-arriver, the only plan there); post-norm on the output rows, and the
-    # pre-norm's backward (dgrad)
+    # (more N tiles than SMs: last-arriver, the only plan there); post-norm on the output rows
     for width in (256, 1024, 40960):
         for i, plan in enumerate(ng._post_candidate_plans(x, width)):
             for flags in (post_a, post_b) if plan[0] == "last" else [(post_a, post_b)[i % 2]]:
                 post(width, plan, **flags)
-                dgrad(width, plan, **flags)
-    # the dgrad's lighter epilogues (COL_SUMS 1 for LayerNorm, 0): dβ from (Σ dY)·W, no column sums (probes)
-    for plan in ng._post_candidate_plans(x, 1024)[:1] + ng._post_candidate_plans(x, 256)[:1]:
-        width = 1024 if plan[0] != "row" else 256
-        dgrad(width, plan, **dict(post_a, dbeta_from_dy=True))
-        dgrad(width, plan, **dict(post_a, col_sums=False))
 
 
 def _epilogue_gemm(eg):

@@ -54,15 +54,6 @@ needs the statistics of whole rows while a CTA holds a BLOCK_M × BLOCK_N tile o
   (Inductor's direct launch, the CPU interpreter, which runs programs one after another and cannot run a spin);
   costs a round trip of z through L2 and leaves the row block's normalization to one CTA.
 
-The pre-norm's backward (design.md §1.4, "fusion regrouping"; BWD_NORM) is the same row-wide epilogue on
-the dgrad GEMM dn = dY·W, whose output rows are the rows of x:
-
-    g = dn·γ,  x̂ = (x − μ)·rstd,  dx = rstd · (g − mean(g) − x̂ · mean(g·x̂))     (RMSNorm: no mean(g))
-
-with Σg and Σg·x̂ exchanged like the post-norm's statistics, and per-row-block column partials Σ dn·x̂ (dγ)
-and Σ dn (dβ) summed on the host side (COL_SUMS). dβ also has an exact form outside the kernel,
-dβ = Σ_m dn = (Σ_m dY)·W, which spares the epilogue its second column sum (``dbeta_from_dy``).
-
 The GEMM is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs, each walking
 output tiles in grouped (GROUP_M) order so consecutive tiles share A/B in L2. With ROW_STATS=False and
 HAS_GAMMA=False it is a plain GEMM, which the benchmark uses to measure the cost of the prologue.
@@ -93,7 +84,7 @@ from .common import tile_coords
 @triton.jit
 def norm_gemm_kernel(
     x_ptr, w_ptr, out_ptr, gamma_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
-    res_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr, count_ptr, res_out_ptr, xf_ptr, dcol_ptr,
+    res_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr, count_ptr, res_out_ptr,
     M, N, K, inv_k, eps,
     stride_xm, stride_wn, stride_om,
     ROW_STATS: tl.constexpr,  # accumulate Σx² and scale rows by rstd (RMSNorm prologue)
@@ -109,8 +100,6 @@ def norm_gemm_kernel(
     WRITE_Z: tl.constexpr,  # store z [M, N] (row stride stride_om)
     HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
     HAS_RESIDUAL_OUT: tl.constexpr,  # y = norm(z) + residual_out [M, N] (a residual added after the norm)
-    BWD_NORM: tl.constexpr,  # 0, or 1 RMSNorm / 2 LayerNorm: the pre-norm's backward on the dgrad (module doc)
-    COL_SUMS: tl.constexpr,  # backward: the column partials it writes, 0 none, 1 dγ's, 2 dγ's and dβ's (LayerNorm)
     EXCHANGE: tl.constexpr,  # 0 row, 1 spin, 2 last (module doc)
     TILES_POW2: tl.constexpr,  # next power of two ≥ the number of N tiles (the exchange reads all partials at once)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K tile reaches past K
@@ -213,12 +202,7 @@ def norm_gemm_kernel(
             offs_n = off_n + tl.arange(0, BLOCK_N)
             bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
             acc = acc + bias[None, :]
-        if BWD_NORM != 0:
-            _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, post_w_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
-                                    count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
-                                    BWD_NORM == 2, HAS_POST_WEIGHT, COL_SUMS, EXCHANGE, TILES_POW2, BLOCK_M,
-                                    BLOCK_N)
-        elif POST_NORM != 0:
+        if POST_NORM != 0:
             _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
                                 part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
                                 num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
@@ -368,86 +352,6 @@ def _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM: tl.
 
 
 @triton.jit
-def _norm_backward_epilogue(acc, o_desc, out_ptr, xf_ptr, gamma_ptr, rstd_ptr, mean_ptr, dcol_ptr, part_ptr,
-                            count_ptr, off_m, off_n, pid_m, pid_n, num_pid_m, num_pid_n, M, N, stride_om,
-                            LAYER_NORM: tl.constexpr, HAS_GAMMA: tl.constexpr, COL_SUMS: tl.constexpr,
-                            EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_N: tl.constexpr):
-    """The pre-norm's backward as the dgrad GEMM's epilogue (module doc): acc = dn = dY·W for these rows and
-    columns of x; dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dn·γ (RMSNorm: no mean(g)), the means over whole
-    rows through the exchange; and this row block's column partials Σ dn·x̂ (for dγ) and Σ dn (dβ), as many
-    as COL_SUMS says (each costs full-tile layout conversions through shared memory in the sm_90 TTGIR)."""
-    dtype = out_ptr.dtype.element_ty
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    tile = offs_m[:, None] * stride_om + offs_n[None, :]
-    in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
-    if LAYER_NORM:
-        row_mean = tl.load(mean_ptr + offs_m, mask=offs_m < M, other=0.0)
-    else:
-        row_mean = tl.zeros_like(rstd)
-    dn = tl.where(in_tile, acc, 0.0)
-    x_hat = _x_hat(xf_ptr, tile, in_tile, row_mean, rstd)
-    if COL_SUMS >= 1:
-        tl.store(dcol_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
-    if LAYER_NORM and COL_SUMS == 2:
-        # Σ dn, but through a product with a loaded tensor, as dγ's: summed over rows straight on the wgmma
-        # accumulator layout, Triton 3.6 gave wrong dβ partials on the H200 (K ≥ 768, 2026-11-30); this way the
-        # reduction runs on the blocked layout (sm_90 TTGIR) and the GPU tests pass at every plan
-        ones = x_hat * 0.0 + 1.0
-        tl.store(dcol_ptr + (num_pid_m + pid_m) * N + offs_n, tl.sum(dn * ones, axis=0), mask=offs_n < N)
-    g = _times_gamma(dn, gamma_ptr, offs_n, N, HAS_GAMMA)
-    if EXCHANGE == 0:  # whole rows in the tile
-        sum_g, sum_gx = tl.sum(g, axis=1), tl.sum(g * x_hat, axis=1)
-    else:
-        if EXCHANGE == 2:  # park g where dx goes; the last CTA reads it back
-            tl.store(out_ptr + tile, g.to(dtype), mask=in_tile)
-        arrived = _exchange(part_ptr, count_ptr, tl.sum(g, axis=1), tl.sum(g * x_hat, axis=1), pid_m, pid_n,
-                            num_pid_n, offs_m, M, EXCHANGE)
-        if EXCHANGE == 1:
-            sum_g, sum_gx = _sum_partials(part_ptr, offs_m, M, num_pid_n, TILES_POW2)
-    if EXCHANGE != 2:
-        o_desc.store([off_m, off_n], _dx(g, x_hat, rstd, sum_g, sum_gx, N, LAYER_NORM).to(dtype))
-    elif arrived == num_pid_n:  # the last CTA of this row block finishes all of it
-        sum_g, sum_gx = _sum_partials(part_ptr, offs_m, M, num_pid_n, TILES_POW2)
-        for t in range(num_pid_n):
-            cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
-            t_tile = offs_m[:, None] * stride_om + cols[None, :]
-            t_mask = (offs_m[:, None] < M) & (cols[None, :] < N)
-            g_t = tl.load(out_ptr + t_tile, mask=t_mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-            x_hat_t = _x_hat(xf_ptr, t_tile, t_mask, row_mean, rstd)
-            tl.store(out_ptr + t_tile, _dx(g_t, x_hat_t, rstd, sum_g, sum_gx, N, LAYER_NORM).to(dtype), mask=t_mask)
-
-
-@triton.jit
-def _x_hat(xf_ptr, tile, mask, row_mean, rstd):
-    x = tl.load(xf_ptr + tile, mask=mask, other=0.0).to(tl.float32)
-    return tl.where(mask, (x - row_mean[:, None]) * rstd[:, None], 0.0)
-
-
-@triton.jit
-def _times_gamma(v, gamma_ptr, offs_n, N, HAS_GAMMA: tl.constexpr):
-    if HAS_GAMMA:
-        return v * tl.load(gamma_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    return v
-
-
-@triton.jit
-def _dx(g, x_hat, rstd, sum_g, sum_gx, N, LAYER_NORM: tl.constexpr):
-    d = g - x_hat * (sum_gx / N)[:, None]
-    if LAYER_NORM:
-        d = d - (sum_g / N)[:, None]
-    return d * rstd[:, None]
-
-
-@triton.jit
-def _sum_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
-    p0, p1, t, mask = _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2)
-    return tl.sum(p0, axis=0), tl.sum(p1, axis=0)
-
-
-@triton.jit
 def row_stats_kernel(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, inv_k, eps, CENTER: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """The pre-pass, one read of x: rstd[m] = rsqrt(mean(x²) + eps) (RMSNorm), or with CENTER mean[m] and
@@ -512,7 +416,7 @@ _TUNED: dict = {}
 @dataclasses.dataclass
 class RowNorm:
     """Operands of an epilogue that needs whole output rows (module doc): the post-norm, y = norm(x Wᵀ + b +
-    residual) to ``out``; or, with ``backward_of``, the pre-norm's backward on the dgrad GEMM, dx to ``out``."""
+    residual) to ``out``."""
 
     layer_norm: bool
     exchange: str  # "row" | "spin" | "last"
@@ -521,10 +425,7 @@ class RowNorm:
     z: torch.Tensor | None = None  # [M, N] to store z in, or None
     weight: torch.Tensor | None = None
     bias: torch.Tensor | None = None
-    mean: torch.Tensor | None = None  # [M] fp32, LayerNorm (written by the post-norm, read by the backward)
-    backward_of: torch.Tensor | None = None  # the pre-norm's input x [M, N]: this is its backward
-    dcol: torch.Tensor | None = None  # backward: [2, M tiles, N] fp32 column partials of dγ and dβ
-    col_sums: int = 2  # backward: which of them the epilogue writes (the kernel's COL_SUMS)
+    mean: torch.Tensor | None = None  # [M] fp32, LayerNorm (written by the post-norm)
 
 
 EXCHANGES = {"row": 0, "spin": 1, "last": 2}
@@ -546,7 +447,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
     if x.dtype == torch.float32 and x.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
     dummy = x  # never read or written: the flags that would touch it are off
-    post_args = (dummy,) * 9
+    post_args = (dummy,) * 7
     options = {}
     stride = num_sms  # the persistent loop's stride; a grid smaller than it runs one round
     if post is not None:
@@ -565,9 +466,8 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
             options["launch_cooperative_grid"] = True
         post_args = (*(t if t is not None else dummy for t in (post.residual, post.z, post.weight, post.bias)),
                      partials, counts,
-                     *(t if t is not None else dummy for t in (post.residual_out, post.backward_of, post.dcol)))
+                     post.residual_out if post.residual_out is not None else dummy)
         mean = post.mean
-    backward = post is not None and post.backward_of is not None
     _launcher(norm_gemm_kernel, x)[(grid_size,)](
         x, w, out,
         *(t if t is not None else dummy for t in (gamma, bias, rstd, mean, u)),
@@ -577,9 +477,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
         ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None and post is None, W_KN=w_kn,
         HAS_GAMMA=gamma is not None, HAS_BIAS=bias is not None, WRITE_RSTD=row_stats and rstd is not None,
         DOT_PRECISION=dot_precision,
-        POST_NORM=0 if post is None or backward else 2 if post.layer_norm else 1,
-        BWD_NORM=(2 if post.layer_norm else 1) if backward else 0,
-        COL_SUMS=min(post.col_sums, 2 if post.layer_norm else 1) if backward else 0,
+        POST_NORM=0 if post is None else 2 if post.layer_norm else 1,
         HAS_RESIDUAL=post is not None and post.residual is not None,
         WRITE_Z=post is not None and post.z is not None,
         HAS_POST_WEIGHT=post is not None and post.weight is not None,
@@ -907,42 +805,3 @@ def matmul_norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, res
     return out, z, mean, rstd
 
 
-# --- the pre-norm's backward on the dgrad GEMM ----------------------------------------------------------------------
-
-def norm_backward_dgrad(dy: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
-                        mean: torch.Tensor | None, gamma: torch.Tensor | None, *, layer_norm: bool,
-                        w_kn: bool = False, plan: tuple | None = None, dbeta_from_dy: bool = False,
-                        col_sums: bool = True):
-    """dx, dγ, dβ of out = (x̂·γ + β) Wᵀ (+ b) given dY = dy [M, N], the saved x [M, K], rstd [M] and (LayerNorm)
-    mean [M] (design.md §1.4, "fusion regrouping"): dn = dY·W runs on the shared mainloop (W the forward weight
-    [N, K], or [K, N] with w_kn) and the norm's backward is its epilogue — dx = rstd·(g − mean(g) − x̂·mean(g·x̂)),
-    g = dn·γ, with the row means exchanged between the CTAs of a row block as in the post-norm; dγ = Σ_rows dn·x̂
-    and dβ = Σ_rows dn from per-row-block column partials (deterministic). dβ is None for RMSNorm.
-
-    ``dbeta_from_dy``: dβ = (Σ_m dY)·W in fp32 instead, exact algebra, and the epilogue writes dγ's partials
-    only. ``col_sums=False`` (timing probes): no column partials at all, dγ and dβ come back None."""
-    M, K = x.shape
-    dx = torch.empty_like(x)
-    sums = 0 if not col_sums else 1 if dbeta_from_dy or not layer_norm else 2
-
-    def run(plan):
-        dcol = torch.empty(sums, triton.cdiv(M, plan[1]["BLOCK_M"]), K, device=x.device, dtype=torch.float32)
-        post = RowNorm(layer_norm, plan[0], weight=gamma, mean=mean, backward_of=x, dcol=dcol if sums else None,
-                       col_sums=sums)
-        _launch(dy, w, dx, None, None, rstd, 0.0, plan[1], w_kn=not w_kn, post=post)
-        return dcol
-
-    if plan is None:
-        key = ("dgrad", _bucket(M), dy.shape[1], K, x.dtype, x.device.type, layer_norm, w_kn, gamma is not None,
-               sums)
-        plan = _fastest(key, _post_candidate_plans(x, K), run, timed=x.is_cuda)
-    dcol = run(plan)
-    d_gamma = dcol[0].sum(0) if sums else None
-    if sums == 2:
-        d_beta = dcol[1].sum(0)
-    elif layer_norm and col_sums:  # Σ_m dn = (Σ_m dY)·W: W [N, K], or its transpose stored [K, N]
-        dy_sum = dy.sum(0, dtype=torch.float32)
-        d_beta = w.float() @ dy_sum if w_kn else dy_sum @ w.float()
-    else:
-        d_beta = None
-    return dx, d_gamma, d_beta

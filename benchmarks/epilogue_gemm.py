@@ -97,11 +97,7 @@ def main() -> int:
         rows.append(dict(shape=(M, K, N), first_call_s=first_call_s, **t))
         del fns
         torch.cuda.empty_cache()
-    from norm_fusion_inductor.kernels import epilogue_gemm as eg
-
-    print("\nchosen configs (M bucket, N, K, dtype, w_kn, epilogue) -> config:")
-    for key, cfg in eg._TUNED.items():
-        print(f"  {key[:5]} {key[5]} -> {cfg}")
+    print("\nchosen configs (M bucket, N, K, dtype, w_kn, epilogue) -> config:", eg.tuned_configs(), sep="\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -13,7 +13,9 @@ if not torch.cuda.is_available():
 # test_config.py turns the caches back on where it tests them. Inductor and Dynamo config is changed only through
 # config.patch, never monkeypatch: pytest 9's monkeypatch undo deletes a config attribute, and every later
 # torch._dynamo.reset() then raises.
+# Inductor's CPU kernels are compiled without the vector-ISA probe and SIMD code: the tests check the rewrites, not
+# the speed of the CPU code, and scalar C++ compiles ~20 % faster (a training test: 36 s -> 29 s).
 @pytest.fixture(autouse=True, scope="session")
 def _inductor_caches_off():
-    with torch._inductor.config.patch(force_disable_caches=True):
+    with torch._inductor.config.patch({"force_disable_caches": True, "cpp.vec_isa_ok": False}):
         yield

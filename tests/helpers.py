@@ -135,15 +135,6 @@ def linear_post_norm_unfused(x, w, bias, residual, gamma, beta, eps, layer_norm)
     return F.rms_norm(z.float(), (z.shape[-1],), f(gamma), eps)
 
 
-def saved_norm_stats(x, layer_norm, eps=1e-5):
-    """(mean or None, rstd) per row in fp32, as a fused pre-norm op saves them for its backward."""
-    xf = x.float()
-    if layer_norm:
-        var, mean = torch.var_mean(xf, -1, correction=0)
-        return mean, torch.rsqrt(var + eps)
-    return None, torch.rsqrt(xf.pow(2).mean(-1) + eps)
-
-
 def norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cpu", affine=True, seed=0,
                         mean_shift=0.5):
     """Operands of the norm → attention → norm op: jagged rows of sequences of ``lens``, k/v [B, L, H·D], norm

@@ -11,8 +11,7 @@ import torch.nn as nn
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor.kernels import norm_gemm
 
-from .helpers import (LlamaRMSNorm, linear_post_norm_reference64, linear_post_norm_unfused, rel_err,
-                      saved_norm_stats)
+from .helpers import LlamaRMSNorm, linear_post_norm_reference64, linear_post_norm_unfused, rel_err
 from .test_gpu import _poison_allocator
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -10,11 +10,10 @@ import types
 import pytest
 import torch
 
-from norm_fusion_inductor import ops
 from norm_fusion_inductor.kernels import norm_gemm
 
 from .helpers import (linear_post_norm_reference64, linear_post_norm_unfused, ln_linear_reference64,
-                      ln_linear_unfused, rel_err, rms_linear_reference64, saved_norm_stats)
+                      ln_linear_unfused, rel_err, rms_linear_reference64)
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -322,17 +321,6 @@ def test_post_norm_op_reference_fake_and_gradients(layer_norm):
 
 
 # --- the pre-norm's backward on the dgrad GEMM ------------------------------------------------------------------
-
-def _norm_linear_grads64(x, gamma, beta, w, dy, layer_norm, eps=1e-5):
-    """dx, dγ, dβ of norm(x; γ, β) @ wᵀ in float64 by autograd (w [N, K])."""
-    import torch.nn.functional as F
-
-    xd, gd = x.double().requires_grad_(), gamma.double().requires_grad_()
-    bd = beta.double().requires_grad_() if layer_norm else None
-    h = F.layer_norm(xd, (x.shape[1],), gd, bd, eps) if layer_norm else F.rms_norm(xd, (x.shape[1],), gd, eps)
-    grads = torch.autograd.grad(h @ w.double().t(), [xd, gd] + ([bd] if layer_norm else []), dy.double())
-    return grads if layer_norm else (*grads, None)
-
 
 @contextlib.contextmanager
 def _programs_in_threads():

@@ -384,6 +384,35 @@ def test_rms_backward_gemm_matches_float64(dtype, w_kn, with_dresidual):
         assert rel(dx_op, dx_ref) < tol(dtype) and rel(dgamma_op, dgamma_ref) < tol(dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("w_kn", [True, False])
+def test_rms_backward_gemm_deferred_matches_float64(dtype, w_kn):
+    """Variant C: c̄ = Σ_j dz_j·(z_j − b_j)/N from the consumer's pre-activation z as the forward stored it
+    (rounded to the dtype), any width (wider than one tile here), against float64 autograd of the block."""
+    shapes = [(1000, 776, 1032), (4097, 512, 96)] if CUDA else [(37, 48, 80), (20, 40, 24)]
+    for M, F_, N in shapes:
+        torch.manual_seed(M + N)
+        x = (torch.randn(M, N) * 3 + 0.5).to(DEVICE, dtype)
+        gamma = (torch.rand(N) + 0.5).to(DEVICE, dtype)
+        w = (torch.randn(F_, N) if w_kn else torch.randn(N, F_)).to(DEVICE, dtype) / N ** 0.5
+        bias = torch.randn(F_, device=DEVICE, dtype=dtype)
+        dz = torch.randn(M, F_, device=DEVICE, dtype=dtype)
+        dres = torch.randn(M, N, device=DEVICE, dtype=dtype)
+        rstd = torch.rsqrt(x.float().square().mean(-1) + 1e-6)
+        w_fn = w.float() if w_kn else w.float().t()  # [F, N]
+        z = ((x.float() * rstd[:, None] * gamma.float()) @ w_fn.t() + bias.float()).to(dtype)  # the saved aux
+        row_mean = (dz.float() * (z.float() - bias.float())).sum(-1) / N
+        dx_ref, dgamma_ref = _rms_backward64(dz, w, x, gamma, dres, w_kn)
+        reason = eg.unsupported_reason(dz, w, w_kn, eg.Epilogue(residual=True, norm_backward="rms_deferred"))
+        assert reason is None, reason
+        dx, colpart = eg.norm_backward_gemm(dz, w, x, rstd, gamma, dres, row_mean, w_kn=w_kn)
+        assert torch.isfinite(dx).all()
+        assert rel(dx, dx_ref) < tol(dtype) * 2, (M, F_, N, rel(dx, dx_ref))
+        assert rel(colpart.sum(0), dgamma_ref) < tol(dtype), (M, F_, N, rel(colpart.sum(0), dgamma_ref))
+        dx_op, _ = regrouped.rms_backward_gemm(dz, w, x, rstd, gamma, dres, w_kn, row_mean)
+        assert rel(dx_op, dx_ref) < tol(dtype) * 2
+
+
 def test_rms_backward_gemm_declines_wide_rows_with_the_reason(caplog):
     """Rows wider than one tile are not the kernel's (the deferred correction is not built): the op runs its
     torch reference, still right, and says why."""

@@ -395,6 +395,11 @@ def _epilogue_gemm(eg):
         eg.launch(cfg, _empty(M, N), _empty(N, width), _empty(M, width), w_kn=True, residual=_empty(M, width),
                   epilogue=eg.Epilogue(residual=True, norm_backward="rms"), scale=rows, x=_empty(M, width),
                   gamma=_empty(width), colpart=_empty(M // 64, width, dtype=torch.float32))
+    # its deferred variant (c̄ given) on every config it runs with, at a width of several tiles
+    for cfg in eg.deferred_configs():
+        eg.launch(cfg, _empty(M, N), _empty(N, K), _empty(M, K), w_kn=True, residual=_empty(M, K), scale=rows,
+                  shift=rows, epilogue=eg.Epilogue(residual=True, norm_backward="rms_deferred"), x=_empty(M, K),
+                  gamma=_empty(K), colpart=_empty(M // 128, K, dtype=torch.float32))
 
 
 def _norm_gemm_gluon(ngg):

@@ -27,7 +27,10 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   (a tile load beside the residual's) and rstd (``scale``), and the whole row in the tile (BLOCK_N ≥ N):
   g = dn·γ,  dx = rstd·(g − x̂·Σ_n(g·x̂)/N),  then + residual (the stream's own gradient dR) stored once;
   and per row block the column partials Σ_m dn·x̂ of dγ to ``colpart`` [cdiv(M, BLOCK_M), N] (fp32, one writer
-  per element, summed in a fixed order by the host: deterministic).
+  per element, summed in a fixed order by the host: deterministic). 2 (variant C, the deferred correction):
+  the row mean c̄ = Σ_n(g·x̂)/N is given (``shift``; it equals Σ_j dz_j·(z_j − b_j)/N over the consumer's own
+  pre-activation z, a row sum the dz producer can fuse), so the epilogue is elementwise and runs on the normal
+  tiles at any width.
 
 The mainloop is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs walking output
 tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
@@ -48,6 +51,7 @@ from .common import tile_coords
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
 GATED = ("silu_mul", "gelu_mul", "gelu_tanh_mul")  # act(gate) · up
 STATS = {"none": 0, "rms": 1, "ln": 2}
+NORM_BACKWARDS = ("none", "rms", "rms_deferred")  # the kernel's NORM_BACKWARD is the index
 
 
 @triton.jit
@@ -141,14 +145,19 @@ def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, 
 
 
 @triton.jit
-def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, offs_m, offs_n, pid_m, M, N):
-    """dx = rstd·(g − x̂·Σ(g·x̂)/N), g = dn·γ, x̂ = x·rstd, for whole rows (the tile spans N); stores this row
-    block's dγ partials Σ_m dn·x̂. Out-of-range rows and columns of dn and x are zero (TMA), so they add nothing."""
+def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m, offs_n, pid_m, M, N,
+                  MEAN_GIVEN: tl.constexpr):
+    """dx = rstd·(g − x̂·c̄), g = dn·γ, x̂ = x·rstd, c̄ = Σ_n(g·x̂)/N — from this tile when it spans the row, or
+    read from row_mean_ptr (MEAN_GIVEN); stores this row block's dγ partials Σ_m dn·x̂. Out-of-range rows and
+    columns of dn and x are zero (TMA), so they add nothing."""
     rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
     x_hat = x * rstd[:, None]
     tl.store(colpart_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
     g = dn * tl.load(gamma_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    c = tl.sum(g * x_hat, axis=1) / N
+    if MEAN_GIVEN:
+        c = tl.load(row_mean_ptr + offs_m, mask=offs_m < M, other=0.0)
+    else:
+        c = tl.sum(g * x_hat, axis=1) / N
     return (g - x_hat * c[:, None]) * rstd[:, None]
 
 
@@ -164,7 +173,7 @@ def epilogue_gemm_kernel(
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
-    NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (whole rows: BLOCK_N ≥ N)
+    NORM_BACKWARD: tl.constexpr,  # 0 none, RMSNorm's backward on the dgrad: 1 whole rows (BLOCK_N ≥ N), 2 c̄ given
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
@@ -219,8 +228,8 @@ def epilogue_gemm_kernel(
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         if NORM_BACKWARD != 0:
-            acc = _rms_backward(acc, x_tile.to(tl.float32), scale_ptr, gamma_ptr, colpart_ptr, offs_m, offs_n,
-                                pid_m, M, N)
+            acc = _rms_backward(acc, x_tile.to(tl.float32), scale_ptr, gamma_ptr, colpart_ptr, shift_ptr, offs_m,
+                                offs_n, pid_m, M, N, NORM_BACKWARD == 2)
         if ROW_NORM != 0:
             acc = _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, ROW_NORM == 2)
         if HAS_BIAS:
@@ -256,7 +265,7 @@ class Epilogue:
     activation: str = "none"  # ACTIVATIONS or GATED
     write_aux: bool = False
     stats: str = "none"  # "none" | "rms" | "ln"
-    norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
+    norm_backward: str = "none"  # "none" | "rms" | "rms_deferred": the pre-norm's backward on its consumer's dgrad
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -271,8 +280,8 @@ class Epilogue:
             raise ValueError(f"epilogue activation must be one of {ACTIVATIONS + GATED}, got {self.activation!r}")
         if self.gated and (self.residual or self.stats != "none"):
             raise ValueError("a gated activation halves the output: no residual or statistics with it")
-        if self.norm_backward not in ("none", "rms"):
-            raise ValueError(f"epilogue norm_backward must be 'none' or 'rms', got {self.norm_backward!r}")
+        if self.norm_backward not in NORM_BACKWARDS:
+            raise ValueError(f"epilogue norm_backward must be one of {NORM_BACKWARDS}, got {self.norm_backward!r}")
         if self.norm_backward != "none" and (self.row_norm != "none" or self.bias or self.residual_norm != "none"
                                              or self.activation != "none" or self.write_aux
                                              or self.stats != "none"):
@@ -312,7 +321,10 @@ GPU_CONFIGS = [
 ]
 # The norm's backward holds whole rows (BLOCK_N ≥ N ≤ 256) and two more tiles (x, dR): 64-row tiles keep the
 # accumulator and those in registers; BLOCK_M is fixed because it sizes the dγ partials (the fake op's output).
+# The deferred variant runs on the 128×128, 8-warp tiles (BLOCK_M fixed at 128 for the same reason): with the
+# x and dR tiles the 128×256 and the 4-warp configs spill 0.8–15 KB (ptxas, tests/test_sm90_compile.py).
 NORM_BACKWARD_BLOCK_M = 64
+DEFERRED_BLOCK_M = 128
 NORM_BACKWARD_MAX_N = 256
 NORM_BACKWARD_CONFIGS = [
     dict(BLOCK_M=NORM_BACKWARD_BLOCK_M, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=False,
@@ -355,19 +367,30 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"N={N}: output rows are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
-    if epilogue.norm_backward != "none" and N > NORM_BACKWARD_MAX_N:
+    if epilogue.norm_backward == "rms" and N > NORM_BACKWARD_MAX_N:
         return (f"the norm's backward holds whole rows in one tile: width {N} > {NORM_BACKWARD_MAX_N} "
                 f"(wider rows need the deferred correction, not built)")
     return None
 
 
-def norm_backward_block_m(device: torch.device) -> int:
+def deferred_configs() -> list[dict]:
+    return [c for c in GPU_CONFIGS if (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) == (DEFERRED_BLOCK_M, 128, 8)]
+
+
+def norm_backward_block_m(device: torch.device, deferred: bool = False) -> int:
     """Rows per dγ partial of the norm's backward: the BLOCK_M of every config it runs with."""
-    return NORM_BACKWARD_BLOCK_M if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_M"]
+    if device.type != "cuda":
+        return INTERPRETER_CONFIG["BLOCK_M"]
+    return DEFERRED_BLOCK_M if deferred else NORM_BACKWARD_BLOCK_M
 
 
 def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
-    if epilogue.norm_backward != "none":
+    if epilogue.norm_backward == "rms_deferred":
+        if not a.is_cuda:
+            return [INTERPRETER_CONFIG]
+        configs = deferred_configs()
+        return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
+    if epilogue.norm_backward == "rms":
         if not a.is_cuda:  # whole rows in one tile
             return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], triton.next_power_of_2(N)))]
         configs = [c for c in NORM_BACKWARD_CONFIGS if c["BLOCK_N"] >= N]
@@ -424,7 +447,8 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
-        STATS=STATS[epilogue.stats], NORM_BACKWARD=STATS[epilogue.norm_backward], W_KN=w_kn, DOT_PRECISION=dot_precision,
+        STATS=STATS[epilogue.stats], NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
+        DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )
 
@@ -458,6 +482,11 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     return _TUNED[key]
 
 
+def tuned_configs() -> str:
+    """The configs the tuner chose in this process, a line each: (M bucket, N, K, dtype, w_kn) epilogue -> config."""
+    return "\n".join(f"  {key[:5]} {key[5]} -> {cfg}" for key, cfg in _TUNED.items())
+
+
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,
                   residual=None, bias=None, scale=None, shift=None, u=None, residual_norm: ResidualNorm | None = None,
                   config: dict | None = None):
@@ -488,18 +517,22 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
 
 
 def norm_backward_gemm(dz: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
-                       dresidual: torch.Tensor | None = None, *, w_kn: bool = True, config: dict | None = None):
+                       dresidual: torch.Tensor | None = None, row_mean: torch.Tensor | None = None, *,
+                       w_kn: bool = True, config: dict | None = None):
     """(dx, dγ partials) of RMSNorm's backward on its consumer's dgrad (module doc, ``NORM_BACKWARD``).
     dz [M, F] (the consumer's output gradient), w its weight [F, N] (``w_kn``, as nn.Linear stores it: the
-    dgrad's B) or [N, F], x [M, N] the saved stream, rstd [M] fp32, γ [N]; dresidual [M, N] is added to dx.
+    dgrad's B) or [N, F], x [M, N] the saved stream, rstd [M] fp32, γ [N]; dresidual [M, N] is added to dx;
+    row_mean [M] fp32, c̄ = Σ_n(g·x̂)/N, makes it the deferred variant (any width), else rows must fit one tile.
     dx [M, N] in x's dtype; dγ partials [cdiv(M, norm_backward_block_m), N] fp32 (dγ = their sum over rows)."""
     M, N = x.shape
-    epilogue = Epilogue(residual=dresidual is not None, norm_backward="rms")
+    deferred = row_mean is not None
+    epilogue = Epilogue(residual=dresidual is not None, norm_backward="rms_deferred" if deferred else "rms")
     dx = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    colpart = torch.empty(triton.cdiv(M, norm_backward_block_m(x.device)), N, device=x.device, dtype=torch.float32)
+    colpart = torch.empty(triton.cdiv(M, norm_backward_block_m(x.device, deferred)), N, device=x.device,
+                          dtype=torch.float32)
     if M == 0:
         return dx, colpart
-    tensors = dict(residual=dresidual, scale=rstd, x=x, gamma=gamma, colpart=colpart)
+    tensors = dict(residual=dresidual, scale=rstd, shift=row_mean, x=x, gamma=gamma, colpart=colpart)
 
     def run(cfg):
         launch(cfg, dz, w, dx, epilogue=epilogue, w_kn=w_kn, **tensors)

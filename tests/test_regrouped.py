@@ -433,3 +433,4 @@ def test_rms_backward_gemm_opcheck():
             torch.rand(M, device=DEVICE) + 0.5, torch.rand(N, device=DEVICE) + 0.5, torch.randn(M, N, device=DEVICE),
             True)
     torch.library.opcheck(torch.ops.norm_fusion.rms_backward_gemm.default, args)
+    torch.library.opcheck(torch.ops.norm_fusion.rms_backward_gemm.default, (*args, torch.randn(M, device=DEVICE)))

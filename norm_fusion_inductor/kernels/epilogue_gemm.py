@@ -22,7 +22,7 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``ACTIVATION`` — none, relu, gelu (erf), gelu_tanh, silu, relu² on z; or a gated one (``GATED``): w holds the
   gate and up rows interleaved (row 2j gate j, 2j+1 up j) and out[:, j] = act(z[:, 2j]) · z[:, 2j+1], N/2 wide.
 * ``NORM_BACKWARD`` — the regrouped backward of a pre-norm RMSNorm whose consumer is this GEMM's B operand
-  (docs/design_notes/regrouped_backward.md, variant B): a = dz, w = the consumer's unfolded weight, so
+  (docs/design_notes/regrouped_backward.md). 1 (variant B): a = dz, w = the consumer's unfolded weight, so
   acc = dn = dz·W, the gradient reaching the normalized tensor n = x̂·γ, x̂ = x·rstd. With the saved stream x
   (a tile load beside the residual's) and rstd (``scale``), and the whole row in the tile (BLOCK_N ≥ N):
   g = dn·γ,  dx = rstd·(g − x̂·Σ_n(g·x̂)/N),  then + residual (the stream's own gradient dR) stored once;
@@ -369,7 +369,7 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
     if epilogue.norm_backward == "rms" and N > NORM_BACKWARD_MAX_N:
         return (f"the norm's backward holds whole rows in one tile: width {N} > {NORM_BACKWARD_MAX_N} "
-                f"(wider rows need the deferred correction, not built)")
+                f"(wider rows need the row mean c̄ given: the deferred variant)")
     return None
 
 

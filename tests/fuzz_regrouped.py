@@ -186,46 +186,50 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
     p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--summary-json", help=argparse.SUPPRESS)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.workers > 1:
         return _run_workers(args)
     summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50 // args.shards or 1,
                   shard=args.shard, shards=args.shards)
-    if args.shards > 1:  # read back by _run_workers
-        print("SUMMARY", json.dumps({f: dict(c) for f, c in summary.items()}), flush=True)
+    if args.summary_json:  # a worker: _run_workers reads it back
+        with open(args.summary_json, "w") as f:
+            json.dump({family: dict(c) for family, c in summary.items()}, f)
         return 0
     _print_summary(summary)
     return 0
 
 
 def _run_workers(args) -> int:
-    """The cases split over ``args.workers`` processes; their summaries merged; the first failure's output shown."""
+    """The cases split over ``args.workers`` processes, their output (progress, a failure's traceback) printed as
+    it comes, their summaries merged; the summary says how many workers stopped on a failure."""
     import subprocess
+    import tempfile
 
-    base = [sys.executable, __file__, "--cases", str(args.cases), "--seed", str(args.seed), "--max-m",
-            str(args.max_m), "--backend", args.backend, "--shards", str(args.workers)]
-    procs = [subprocess.Popen(base + ["--shard", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(args.workers)]
-    summary = {f: collections.Counter() for f in FAMILIES}
-    failed = 0
-    for i, proc in enumerate(procs):
-        output, _ = proc.communicate()
-        lines = output.splitlines()
-        for line in lines:
-            if line.startswith("SUMMARY "):
-                for family, counts in json.loads(line[len("SUMMARY "):]).items():
-                    summary[family].update(counts)
-        if proc.returncode:
-            failed += 1
-            print(f"worker {i} failed (exit {proc.returncode}):", *lines[-30:], sep="\n")
-    _print_summary(summary)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [f"{tmp}/worker{i}.json" for i in range(args.workers)]
+        base = [sys.executable, __file__, "--cases", str(args.cases), "--seed", str(args.seed), "--max-m",
+                str(args.max_m), "--backend", args.backend, "--shards", str(args.workers)]
+        procs = [subprocess.Popen(base + ["--shard", str(i), "--summary-json", path]) for i, path in enumerate(paths)]
+        failed = sum(proc.wait() != 0 for proc in procs)
+        summary = {f: collections.Counter() for f in FAMILIES}
+        for path in paths:
+            try:
+                with open(path) as f:
+                    for family, counts in json.load(f).items():
+                        summary[family].update(counts)
+            except FileNotFoundError:  # that worker failed before its summary
+                pass
+    _print_summary(summary, failed)
     return 1 if failed else 0
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, failed_workers: int = 0) -> None:
+    if failed_workers:
+        print(f"{failed_workers} worker(s) stopped on a failure (above); the counts are of the cases run before")
     for family, counts in summary.items():
-        print(f"{family}: {sum(counts.values())} cases, 0 wrong")
+        print(f"{family}: {sum(counts.values())} cases{'' if failed_workers else ', 0 wrong'}")
         for outcome, n in counts.most_common():
             print(f"  {n:5d}  {outcome}")
 

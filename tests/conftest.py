@@ -19,3 +19,16 @@ if not torch.cuda.is_available():
 def _inductor_caches_off():
     with torch._inductor.config.patch({"force_disable_caches": True, "cpp.vec_isa_ok": False}):
         yield
+
+
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """Floating torch.empty / empty_like filled with NaN: outputs, partials and column partials that a kernel
+    leaves unwritten, or reads before they are written, show up."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poison(t):
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(empty_like(*a, **k)))

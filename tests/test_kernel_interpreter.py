@@ -372,19 +372,6 @@ def _programs_in_threads():
         builder.__class__ = original_class
 
 
-@pytest.fixture
-def poisoned_empty(monkeypatch):
-    """Floating torch.empty / empty_like filled with NaN: outputs, partials and column partials that a kernel
-    leaves unwritten, or reads before they are written, show up."""
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poison(t):
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(empty_like(*a, **k)))
-
-
 @interpreter
 @pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
 def test_post_norm_spin_exchange(poisoned_empty, layer_norm):

@@ -121,11 +121,14 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     compilers = {"default": {}}
     if "max-autotune" in args.backends and device == "cuda":
         compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
+    options = {"policy": args.policy, "fusions": nfi.KNOWN_FUSIONS}
+    if args.min_speedup is not None:
+        options["min_speedup"] = args.min_speedup
     compilers["norm_fusion"] = dict(backend="norm_fusion", options={"norm_fusion": {
-        "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": tuple(args.gemm_backends)}})
+        **options, "gemm_backends": tuple(args.gemm_backends)}})
     if "norm_fusion_triton" in args.backends:  # the Triton GEMMs alone, beside the best per GEMM
         compilers["norm_fusion_triton"] = dict(backend="norm_fusion", options={"norm_fusion": {
-            "policy": args.policy, "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",)}})
+            **options, "gemm_backends": ("triton",)}})
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
     eager = make_step(model, inputs, train)()
     fns = {}
@@ -144,10 +147,37 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
                                                          for s in nfi.reports()]
         fns[cname] = step
     row.update({f"t_{k}": v for k, v in bench(fns, device, args.rounds).items()})
+    if args.profile and device == "cuda":
+        row["kernels"] = {cname: kernel_times(step) for cname, step in fns.items()}
     best = min(row[f"t_{c}"] for c in compilers if not c.startswith("norm_fusion"))
     row["speedup_vs_best"] = best / row["t_norm_fusion"]
     row["fused_vs_sol"] = row["t_norm_fusion"] / sol_ms
     return row
+
+
+def kernel_times(step, steps: int = 5) -> dict[str, float]:
+    """Per-kernel breakdown: mean GPU ms per step of each kernel name over `steps` profiled steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.self_device_time_total > 0:
+            times[event.key] = times.get(event.key, 0.0) + event.self_device_time_total / 1e3 / steps
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def print_kernels(row: dict, top: int = 14) -> None:
+    """Each compiler's heaviest kernels, ms per step, and the total."""
+    for cname, times in row["kernels"].items():
+        print(f"  kernels of {cname}: total {sum(times.values()):.3f} ms", flush=True)
+        for key, ms in list(times.items())[:top]:
+            print(f"    {ms:8.3f}  {key[:110]}", flush=True)
 
 
 def best_of(row: dict) -> float:
@@ -161,17 +191,20 @@ def main() -> int:
     p.add_argument("--modes", nargs="*", choices=["inference", "train"], default=["inference", "train"])
     p.add_argument("--backends", nargs="*", default=["default", "max-autotune", "norm_fusion"])
     p.add_argument("--policy", default="auto")
+    p.add_argument("--min-speedup", type=float, help="the plugin's min_speedup option (default: the config's)")
     p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
                    help="the plugin's gemm_backends option (norm_fusion_triton in --backends adds a Triton-only run)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json")
+    p.add_argument("--profile", action="store_true", help="print each compiler's per-kernel GPU time per step")
     args = p.parse_args()
     blocks = SMOKE if args.smoke else BLOCKS
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     import triton
 
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
-          f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}")
+          f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}"
+          + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else ""))
     print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "
           "sites rewritten | err vs eager |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
@@ -193,6 +226,8 @@ def main() -> int:
                                               if k.startswith("compile_s_")), flush=True)
             for s in row["sites"]:
                 print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:300]}", flush=True)
+            if "kernels" in row:
+                print_kernels(row)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1, default=str)

@@ -5,7 +5,7 @@
 # PART: kernels = the Quack tests and the epilogue GEMMs of both backends at the recsys shapes;
 #       llama_kernels = the same at the Llama-3-8B shapes (and the recsys shape the first run's limit cut);
 #       towers = the recsys towers (default, the plugin with both backends, the plugin with Triton alone);
-#       llama = the Llama-3-8B and Qwen3 layers the same way; bert = BERT-base and GPT-2-medium;
+#       llama = the Llama-3-8B and Qwen3 layers the same way (BLOCKS=... picks some); bert = BERT-base and GPT-2-medium;
 #       backward = the RMSNorm backward on the dgrad (tests, benchmark; both variants), the model trained
 #       through Quack, the fuzz;
 #       checks = the fp16 Quack tests, the model trained through Quack and both fuzz runs in one call;
@@ -31,11 +31,11 @@ llama_kernels)
      --json $OUT/epilogue_llama.json 2>&1 | tee $OUT/epilogue_llama.log)
   ;;
 backward)
-  timeout 90 python -m pytest tests/test_regrouped.py -q -x -p no:warnings -k "rms_backward" 2>&1 | tail -15 | tee $OUT/tests_rms_backward.log
-  (cd benchmarks && timeout 240 python rms_backward_gemm.py --rounds 5 --only 262144x1024x256 131072x1024x512 \
+  timeout 80 python -m pytest tests/test_regrouped.py -q -x -p no:warnings -k "rms_backward" 2>&1 | tail -15 | tee $OUT/tests_rms_backward.log
+  (cd benchmarks && timeout 180 python rms_backward_gemm.py --rounds 3 --only 262144x1024x256 131072x1024x512 \
      --json $OUT/rms_backward.json 2>&1 | tee $OUT/rms_backward.log)
-  timeout 240 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings -k "model" 2>&1 | tail -15 | tee $OUT/tests_quack_model.log
-  timeout 120 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
+  timeout 140 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
+  timeout 160 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings -k "model" 2>&1 | tail -15 | tee $OUT/tests_quack_model.log
   ;;
 checks)
   timeout 200 python -m pytest tests/test_quack_backend.py -q -x -p no:warnings -k "float16 or model" 2>&1 | tail -25 | tee $OUT/tests.log
@@ -55,7 +55,7 @@ towers)
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
   ;;
 llama)
-  (cd benchmarks && timeout 560 python blocks.py --blocks llama3_8b_layer qwen3_1p7b_layer --rounds 3 \
+  (cd benchmarks && timeout 560 python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 \
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
   ;;
 esac

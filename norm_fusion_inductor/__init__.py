@@ -13,6 +13,7 @@ from .config import FUSIONS, KNOWN_FUSIONS, NormFusionConfig
 from .explain import Explanation, explain
 from .passes import NormFusionPass, enabled, inductor_options
 from .qk_norm_ops import qk_norm_attention
+from .regrouped import clear_folded_weights
 from .report import SiteRecord, clear_reports, reports
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "NormFusionConfig",
     "NormFusionPass",
     "SiteRecord",
+    "clear_folded_weights",
     "clear_reports",
     "enabled",
     "explain",

@@ -42,6 +42,7 @@ class PassContext:
         from norm_fusion_inductor.patterns.common import backward_only_nodes
 
         self.graph_id = next(_GRAPH_COUNTER)
+        self.graph = graph
         self.config = config
         self.stage = stage
         self.backward = backward_only_nodes(graph)
@@ -49,6 +50,17 @@ class PassContext:
         self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
         self.covered: set = set()  # nodes of the norms some family recorded (the rest are reported at the end)
         self.regrouped_sites: list = []  # norms whose consumers the regrouped rewrite took (their producer next)
+
+    def static_inputs(self) -> Optional[set]:
+        """The placeholders that are parameters or buffers (AOTAutograd's static inputs), or None where the
+        compile does not say (no tracing context, or one that describes another graph)."""
+        context = torch._guards.TracingContext.try_get()
+        meta = getattr(context, "fw_metadata", None)
+        indices = getattr(meta, "static_input_indices", None)
+        placeholders = list(self.graph.find_nodes(op="placeholder"))
+        if indices is None or len(getattr(meta, "input_info", ())) != len(placeholders):
+            return None
+        return {placeholders[i] for i in indices}
 
     def site(self, fusion: str, pattern: str, node: torch.fx.Node) -> report.SiteRecord:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="",

@@ -27,6 +27,7 @@ from the consumer's saved pre-activation z) the epilogue is elementwise, any wid
 
 from __future__ import annotations
 
+import collections
 import functools
 from typing import Optional
 
@@ -287,3 +288,93 @@ def fold_bias(w: Tensor, beta: Optional[Tensor], bias: Optional[Tensor], w_kn: b
         return bias
     v = (beta.float() @ w.float()) if w_kn else (w.float() @ beta.float())
     return v + bias.float() if bias is not None else v
+
+
+def interleave(wg: Tensor, wu: Tensor, w_kn: bool) -> Tensor:
+    """Gate and up rows (or columns, for [K, N] weights) interleaved: the epilogue sees (gate, up) pairs."""
+    if w_kn:
+        return torch.stack([wg, wu], dim=2).reshape(wg.shape[0], 2 * wg.shape[1])
+    return torch.stack([wg, wu], dim=1).reshape(2 * wg.shape[0], wg.shape[1])
+
+
+def fold_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: Optional[Tensor],
+                  b0: Optional[Tensor], b1: Optional[Tensor], w_kn: bool, need_u: bool):
+    """A consumer GEMM's weight-side operands, (W', u, v): W' = W·diag(γ) (a gated pair's gate and up folded and
+    interleaved), u its column sums (LayerNorm's mean correction; None unless ``need_u``), v = Wβ + b (None
+    without β and bias). Depends on the weights alone: computed per call in training, kept by
+    :func:`folded_operands` between calls in inference."""
+    pairs = [(w, b) for w, b in ((w0, b0), (w1, b1)) if w is not None]
+    weights = [fold_weight(w, gamma, w_kn) for w, _ in pairs]
+    biases = [fold_bias(w, beta, b, w_kn) for w, b in pairs]
+    if w1 is not None:
+        n = weights[0].shape[1 if w_kn else 0]
+        w = interleave(weights[0], weights[1], w_kn)
+        v = None
+        if any(b is not None for b in biases):
+            v = torch.stack([b.float() if b is not None else torch.zeros(n, device=w.device) for b in biases],
+                            dim=1).reshape(2 * n)
+    else:
+        w, v = weights[0], biases[0]
+    return w, column_sums(w, w_kn) if need_u else None, v
+
+
+# Inference: (the weights' identities) -> (the sources held, their versions, (W', u, v)). Holding the sources keeps
+# their memory from being reused by another tensor at the same address while an entry lives.
+_FOLDED: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+FOLDED_ENTRIES = 4096
+
+
+def clear_folded_weights() -> None:
+    """Drop every weight kept folded between calls (the memory of one copy of each consumer's weight)."""
+    _FOLDED.clear()
+
+
+def _identity(t: Tensor) -> tuple:
+    return (t.data_ptr(), t.device, t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+@torch.library.custom_op("norm_fusion::folded_operands", mutates_args=())
+def folded_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: Optional[Tensor],
+                    b0: Optional[Tensor], b1: Optional[Tensor], w_kn: bool, need_u: bool,
+                    sources: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`fold_operands` (absent u, v as empty tensors), kept between calls while ``sources`` — the
+    parameters that the weights, γ, β and biases are computed from — are the same tensors, unchanged in place
+    (their version counters: an optimizer step, ``copy_`` or ``load_state_dict`` bumps them; an update through
+    ``.data`` does not, so call :func:`clear_folded_weights` after one). The pass uses it in inference graphs
+    only (no backward, no CUDA graphs: a replayed graph runs no Python), with every source a parameter or
+    buffer."""
+    inputs = {t.untyped_storage().data_ptr() for t in (w0, w1, gamma, beta, b0, b1) if t is not None}
+
+    def own(t: Tensor) -> Tensor:  # an op's output may not alias its inputs (W unchanged without γ, say)
+        return t.clone() if t.untyped_storage().data_ptr() in inputs else t
+
+    def compute():
+        w, u, v = fold_operands(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
+        return (own(w), u if u is not None else w.new_empty(0, dtype=torch.float32),
+                own(v.float()) if v is not None else w.new_empty(0, dtype=torch.float32))
+
+    if any(t.is_inference() for t in sources):  # no version counter to check against
+        return compute()
+    key = (w_kn, need_u, w1 is None, gamma is None, beta is None, b0 is None, b1 is None,
+           *(_identity(t) for t in sources))
+    versions = tuple(t._version for t in sources)
+    entry = _FOLDED.get(key)
+    if entry is not None and entry[1] == versions:
+        _FOLDED.move_to_end(key)
+        return entry[2]
+    result = compute()
+    _FOLDED[key] = (list(sources), versions, result)
+    _FOLDED.move_to_end(key)
+    while len(_FOLDED) > FOLDED_ENTRIES:
+        _FOLDED.popitem(last=False)
+    return result
+
+
+@folded_operands.register_fake
+def _(w0, w1, gamma, beta, b0, b1, w_kn, need_u, sources):
+    n, k = (w0.shape[1], w0.shape[0]) if w_kn else (w0.shape[0], w0.shape[1])
+    n_out = 2 * n if w1 is not None else n
+    w = w0.new_empty((k, n_out) if w_kn else (n_out, k))
+    has_v = beta is not None or b0 is not None or b1 is not None
+    return w, w0.new_empty(n_out if need_u else 0, dtype=torch.float32), \
+        w0.new_empty(n_out if has_v else 0, dtype=torch.float32)

@@ -74,6 +74,8 @@ NEAR_MISS_LAYER_NORM = 1.25
 # sites (GPU 0.136 / 0.128 ms, host 0.106 / 0.134 ms) ran 0.186 / 0.228 ms compiled, 1.27x / 1.35x the default;
 # the fused sites below the fraction ran 0.52–0.99x (docs/benchmarks_journal.md)
 HOST_BOUND_RISK = 0.5
+# bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
+PEAK_COPY_BYTES_PER_MS = 4.0e9
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -671,15 +673,17 @@ class EpilogueSite:
 
 
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
-                         norm_bytes, config: NormFusionConfig, residual_norm: str = "none") -> Choice:
+                         norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
+                         fold_bytes: int = 0) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
     for the same product plus a copy kernel moving the bytes its epilogue saves (``EpilogueSite.saved_bytes``).
     The unfused graph cannot move fewer bytes than that, so a GEMM that wins here by ``min_speedup`` wins against
-    Inductor too: the margin pays for what the bound leaves out (γ folded into the weight per call, the op's host
-    time). Without it, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won their bounds by 1–3 % and the
-    layers ran 0.975–0.998x (H200, 2026-12-01, docs/benchmarks_journal.md)."""
+    Inductor too. ``fold_bytes``: the weight-side passes the fused path adds per call (γ folded into the weight
+    in training), charged at the copy's measured rate; the margin pays for the op's host time and the timing's
+    noise. Without the margin and the fold's cost, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won
+    their bounds by 1–3 % and the layers ran 0.975–0.998x (H200, 2026-12-01, docs/benchmarks_journal.md)."""
     from .kernels import epilogue_gemm as eg
 
     elem = torch.empty((), dtype=dtype).element_size()
@@ -715,9 +719,13 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     if not timed:
         return Choice(False, "unfused", "no GEMM backend ran: " + "; ".join(
             f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
+    fold_ms = fold_bytes * t["saved_ms"] / max(saved, 1) if saved > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
+    timed = {name: ms + fold_ms for name, ms in timed.items()}
     backend = min(timed, key=timed.get)
     detail = (f"epilogue GEMM on {backend} {timed[backend]:.4f} ms vs unfused lower bound {bound:.4f} ms (cuBLAS "
               f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
+    if fold_ms:
+        detail += f" (including the weight fold per call, {fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
     others = [f"{name} {ms:.4f} ms" for name, ms in timed.items() if name != backend]
     others += [f"{name} not offered ({t[name + '_reason']})" for name in config.gemm_backends
                if name not in timed and t.get(name + "_reason")]

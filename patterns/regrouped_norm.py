@@ -256,17 +256,23 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
             why = _dynamic_rejection(node.meta["val"].shape)
             if why is not None:
                 return why
+        folds = gamma is not None or c.scale != 1.0 or len(rw.consumers) == 2
+        passes = 2 * folds + (spec.norm == "ln") + (beta is not None)  # weight-sized passes of the operands
+        sources, fold_note = _weight_sources(rw, gamma, beta, ctx) if passes else (None, "")
+        if sources is not None:
+            passes = 0  # computed once, kept between calls
         choice = choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
                                       activation=rw.activation, write_aux=aux, stats="none", residual=False,
                                       w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
-                                      // max(len(rewrites), 1), config=ctx.config)
+                                      // max(len(rewrites), 1), config=ctx.config,
+                                      fold_bytes=passes * n * K * x_val.element_size())
         if not choice.fused:
             return choice.reason
-        choices.append((rw, aux, choice))
+        choices.append((rw, aux, choice, sources, fold_note))
     graph = x.graph
     try:
-        for rw, aux, choice in choices:
-            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, _backend(choice))
+        for rw, aux, choice, sources, _ in choices:
+            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, _backend(choice), sources)
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
     ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
@@ -280,7 +286,10 @@ def _accepted(site, ctx, rewrites, acts, choices) -> None:
     reason = f"{n} matmul(s) read the stream with the norm in their epilogue"
     if acts:
         reason += " (activation " + ", ".join(acts) + " in the epilogue too)"
-    reason += "; " + "; ".join(sorted({ch.reason for _, _, ch in choices}))
+    reason += "; " + "; ".join(sorted({ch.reason for _, _, ch, _, _ in choices}))
+    notes = sorted({note for *_, note in choices if note})
+    if notes:
+        reason += "; " + "; ".join(notes)
     site.fusion = FUSION
     ctx.accept(site, choices[0][2].implementation, reason)
     return None
@@ -307,7 +316,10 @@ def _backend(choice) -> str:
     return "quack" if choice.implementation == "regrouped_quack" else "triton"
 
 
-def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, backend: str) -> None:
+def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, backend: str,
+                     sources: Optional[list]) -> None:
+    """Replace the consumers (and their activation) by one epilogue GEMM. ``sources``: the parameters the
+    weight-side operands are computed from, when they are kept folded between calls (inference), else None."""
     consumers = rw.consumers
     c0 = consumers[0]
     scale_c, w_kn = c0.scale, c0.weight_kn
@@ -316,28 +328,22 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     out_shape = _static_view(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
     gated = len(consumers) == 2
 
-    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1):
+    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, **params):
         a = x.reshape(-1, K)
         g = gamma.float() * scale_c if gamma is not None else None
         if g is None and scale_c != 1.0:
             g = torch.full((K,), scale_c, device=x.device, dtype=torch.float32)
         bt = beta.float() * scale_c if beta is not None else None
-        weights = [regrouped.fold_weight(w, g, w_kn) for w in (w0, w1) if w is not None]
-        biases = [regrouped.fold_bias(w, bt, b, w_kn) for w, b in ((w0, b0), (w1, b1)) if w is not None]
-        if gated:
-            weights = [_interleave(weights, w_kn)]
-            if any(b is not None for b in biases):
-                biases = [torch.stack([b.float() if b is not None else torch.zeros(N, device=x.device)
-                                       for b in biases], dim=1).reshape(2 * N)]
-            else:
-                biases = [None]
-        w = weights[0]
+        if params:
+            w, u, v = torch.ops.norm_fusion.folded_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln",
+                                                            [params[k] for k in sorted(params)])
+            u = u if u.numel() else None
+            v = v if v.numel() else None
+        else:
+            w, u, v = regrouped.fold_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln")
         scale = rstd.reshape(-1).float()
-        shift = u = None
-        if norm == "ln":
-            shift = (rstd * mean).reshape(-1).float()
-            u = regrouped.column_sums(w, w_kn)
-        out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, biases[0], None, scale, shift, u, norm,
+        shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
+        out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, v, None, scale, shift, u, norm,
                                                               rw.activation, aux, "none", w_kn, backend=backend)
         results = [out.view(out_shape)]
         if aux:
@@ -351,9 +357,10 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     w_nodes = [c.weight for c in consumers] + [None] * (2 - len(consumers))
     b_nodes = [c.bias for c in consumers] + [None] * (2 - len(consumers))
     first = min((c.node for c in consumers), key=lambda n: _position(graph, n))
-    outputs = insert_traced(graph, consumer, dict(x=x, rstd=rstd, mean=mean if norm == "ln" else None,
-                                                  gamma=gamma, beta=beta, w0=w_nodes[0], w1=w_nodes[1],
-                                                  b0=b_nodes[0], b1=b_nodes[1]), before=first)
+    inputs = dict(x=x, rstd=rstd, mean=mean if norm == "ln" else None, gamma=gamma, beta=beta, w0=w_nodes[0],
+                  w1=w_nodes[1], b0=b_nodes[0], b1=b_nodes[1])
+    inputs.update({f"param{i:03d}": node for i, node in enumerate(sources or ())})
+    outputs = insert_traced(graph, consumer, inputs, before=first)
     replaced = rw.act_output if rw.act_output is not None else rw.pre[0]
     replaced.replace_all_uses_with(outputs[0])
     if aux:
@@ -362,12 +369,37 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
 
 
-def _interleave(weights, w_kn):
-    """Gate and up rows (or columns, for [K, N] weights) interleaved: the epilogue sees (gate, up) pairs."""
-    wg, wu = weights
-    if w_kn:
-        return torch.stack([wg, wu], dim=2).reshape(wg.shape[0], 2 * wg.shape[1])
-    return torch.stack([wg, wu], dim=1).reshape(2 * wg.shape[0], wg.shape[1])
+def _weight_sources(rw: _Rewrite, gamma, beta, ctx) -> tuple[Optional[list], str]:
+    """The parameters and buffers that a consumer's weight-side operands (W, γ, β, biases) are computed from,
+    and a note for the log; None where they are recomputed per call: in training (the weights change every
+    step), under CUDA graphs (a replayed graph runs no Python to check them), with the option off, or where an
+    operand depends on a graph input that is not a parameter or on a random op."""
+    if not ctx.config.cache_folded_weights:
+        return None, "W·γ folded per call (cache_folded_weights=False)"
+    if ctx.backward or torch._inductor.config.triton.cudagraphs:
+        return None, "W·γ folded per call (" + ("training" if ctx.backward else "CUDA graphs") + ")"
+    static = ctx.static_inputs()
+    if static is None:
+        return None, "W·γ folded per call (the graph does not say which inputs are parameters)"
+    weights = [c.weight for c in rw.consumers]
+    roots = weights + [c.bias for c in rw.consumers] + [gamma, beta]
+    sources, seen, stack = [], set(), [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "placeholder":
+            if node not in static:
+                return None, f"W·γ folded per call (computed from the graph input {node.name}, not a parameter)"
+            sources.append(node)
+        elif node.op == "call_function" and not (isinstance(node.target, torch._ops.OpOverload)
+                                                 and torch.Tag.nondeterministic_seeded in node.target.tags):
+            stack.extend(node.all_input_nodes)
+        else:
+            return None, f"W·γ folded per call ({node.name} is not a function of the parameters)"
+    mb = sum(w.meta["val"].numel() * w.meta["val"].element_size() for w in weights) / 1e6
+    return sorted(sources, key=lambda n: n.name), f"W·γ kept folded between calls (+{mb:.1f} MB)"
 
 
 def _position(graph: Graph, node: Node) -> int:

@@ -218,6 +218,54 @@ def test_inference_with_freezing_folds_gamma_once():
             assert weight_arg.startswith("_frozen_param") == freezing, calls[0]
 
 
+@pytest.mark.parametrize("name", ["swiglu", "ln_gelu"])
+def test_inference_keeps_folded_weights_until_the_parameters_change(name):
+    """Inference (no backward): each consumer's W·γ (the SwiGLU pair interleaved; LayerNorm's u and v) is computed
+    once and kept between calls; an in-place update of a weight, γ or β (an optimizer step, copy_) is seen at the
+    next call, without a recompile."""
+    torch.manual_seed(3)
+    model = (SwiGLU() if name == "swiglu" else Tower()).to(DEVICE).eval()
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    regrouped.clear_folded_weights()
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=REGROUPED)
+    with torch.no_grad():
+        out = compiled(x)
+        assert rel(out, model(x)) < 1e-5
+        sites = [s for s in nfi.reports() if s.rewritten]
+        assert sites and all("W·γ kept folded between calls" in s.reason for s in sites), [s.line() for s in sites]
+        kept = dict(regrouped._FOLDED)
+        assert kept
+        compiled(x)
+        assert all(regrouped._FOLDED[k][2][0] is v[2][0] for k, v in kept.items()), "a second call refolded"
+        nfi.clear_reports()
+        for p in (model.norm.weight, model.up.weight if name == "swiglu" else model.fc1.weight):
+            p.add_(torch.randn_like(p))  # as an optimizer step would
+            out = compiled(x)
+            assert rel(out, model(x)) < 1e-5, "a stale folded weight"
+        if name == "ln_gelu":
+            model.norm.bias.copy_(torch.randn_like(model.norm.bias))
+            assert rel(compiled(x), model(x)) < 1e-5, "a stale v = Wβ + b"
+        assert not nfi.reports(), "an update recompiled"
+    regrouped.clear_folded_weights()
+
+
+def test_folded_operands_opcheck():
+    """torch.library.opcheck of the kept fold: schema (no output aliases an input, even where nothing is folded),
+    fake implementation, dispatch."""
+    w0, w1 = torch.randn(24, 16), torch.randn(24, 16)
+    gamma, beta, b0 = torch.rand(16) + 0.5, torch.randn(16), torch.randn(24)
+    for args in ((w0, w1, gamma, None, None, None, False, False, [w0, w1, gamma]),
+                 (w0, None, gamma, beta, b0, None, False, True, [w0, gamma, beta, b0]),
+                 (w0.t().contiguous(), None, None, None, None, None, True, True, [w0])):
+        torch.library.opcheck(torch.ops.norm_fusion.folded_operands.default, args)
+        w, u, v = regrouped.fold_operands(*args[:8])
+        kept = torch.ops.norm_fusion.folded_operands(*args)
+        assert torch.equal(kept[0], w) and kept[0].data_ptr() != args[0].data_ptr()
+    regrouped.clear_folded_weights()
+
+
 def test_normalized_tensor_read_elsewhere_is_left_unfused():
     """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
     of a matmul output could) stays unfused, with that reason."""

@@ -5,7 +5,8 @@
 # PART: kernels = the Quack tests and the epilogue GEMMs of both backends at the recsys shapes;
 #       llama_kernels = the same at the Llama-3-8B shapes (and the recsys shape the first run's limit cut);
 #       towers = the recsys towers (default, the plugin with both backends, the plugin with Triton alone);
-#       llama = the Llama-3-8B and Qwen3 layers the same way (BLOCKS=... picks some); bert = BERT-base and GPT-2-medium;
+#       llama = the Llama-3-8B and Qwen3 layers the same way (BLOCKS=... picks some; BLOCK_ARGS="--profile
+#               --min-speedup 1.02" adds options); bert = BERT-base and GPT-2-medium;
 #       backward = the RMSNorm backward on the dgrad (tests, benchmark; both variants), the model trained
 #       through Quack, the fuzz;
 #       checks = the fp16 Quack tests, the model trained through Quack and both fuzz runs in one call;
@@ -55,7 +56,7 @@ towers)
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
   ;;
 llama)
-  (cd benchmarks && timeout 560 python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 \
+  (cd benchmarks && timeout 560 python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 ${BLOCK_ARGS:-} \
      --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
   ;;
 esac

@@ -65,7 +65,7 @@ class NormFusionConfig:
     gemm_backends: tuple = GEMM_BACKENDS
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
-    #: place, instead of once per call (a pass over the weight, 0.1–0.3 ms per Llama-3-8B GEMM on the H200).
+    #: place, instead of once per call (a pass over each weight).
     #: Costs one copy of each such weight in memory. Training and CUDA graphs fold per call whatever this says
     cache_folded_weights: bool = True
     #: log every site (rewritten or not, and why) to the ``norm_fusion_inductor`` logger at INFO;

@@ -76,12 +76,26 @@ def _activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
     for forms, gated in ((GATED_FORMS, True), (ACTIVATION_FORMS, False)):
         for name, fn in forms.items():
             for dtype in TRACE_DTYPES.values():
-                args = [torch.empty(4, 16, dtype=dtype)] * (2 if gated else 1)
-                pattern = pm.gen_pattern(fn, args, pm.fwd_only)
+                args = [torch.empty(4, 16, dtype=dtype) for _ in range(2 if gated else 1)]  # distinct: not one input
+                pattern = _any_users(pm.gen_pattern(fn, args, pm.fwd_only))
                 if (name, repr(pattern)) not in seen:
                     seen.add((name, repr(pattern)))
                     patterns.append((name, gated, pattern))
     return patterns
+
+
+def _any_users(pattern):
+    """The pattern with every intermediate node allowed more readers than the traced form had: in training the
+    backward also reads act(gate) (for d up) and the activation's pieces. They stay computed from the
+    pre-activations, which the rewritten graph then reads from the epilogue's stored copy (``aux``)."""
+    stack = [pattern]
+    while stack:
+        p = stack.pop()
+        if isinstance(p, pm._TargetExpr):
+            p.users = pm.MULTIPLE
+        stack.extend(a for a in (*getattr(p, "args", ()), *getattr(p, "kwargs", {}).values())
+                     if isinstance(a, pm.PatternExpr))
+    return pattern
 
 
 def _model_shaped(mm: Node) -> Node:
@@ -93,23 +107,27 @@ def _model_shaped(mm: Node) -> Node:
 
 
 def _find_activation(pre: Node, forward: Callable[[Node], bool]):
-    """(name, gated, match) of an activation whose input is ``pre``, searched a few nodes downstream."""
-    frontier, seen = [u for u in pre.users if forward(u)], set()
-    for _depth in range(8):
-        nxt = []
-        for node in frontier:
-            if node in seen:
-                continue
-            seen.add(node)
-            for name, gated, pattern in _activation_patterns():
-                match = pattern.match(node)
-                if not pm.is_match(match):
+    """(name, gated, match) of an activation whose input is ``pre``, searched a few nodes downstream. A gated
+    pair is looked for first: its act(gate) alone matches the plain activation one node earlier."""
+    for want_gated in (True, False):
+        frontier, seen = [u for u in pre.users if forward(u)], set()
+        for _depth in range(8):
+            nxt = []
+            for node in frontier:
+                if node in seen:
                     continue
-                inputs = [match.kwargs.get(k) for k in (("gate", "up") if gated else ("z",))]
-                if pre in inputs:
-                    return name, gated, match
-            nxt.extend(u for u in node.users if forward(u))
-        frontier = nxt
+                seen.add(node)
+                for name, gated, pattern in _activation_patterns():
+                    if gated != want_gated:
+                        continue
+                    match = pattern.match(node)
+                    if not pm.is_match(match):
+                        continue
+                    inputs = [match.kwargs.get(k) for k in (("gate", "up") if gated else ("z",))]
+                    if pre in inputs:
+                        return name, gated, match
+                nxt.extend(u for u in node.users if forward(u))
+            frontier = nxt
     return None
 
 
@@ -167,8 +185,12 @@ class _Rewrite:
 
     @property
     def write_aux(self) -> bool:
-        """The pre-activation is still read outside the activation (by the backward): the epilogue stores it."""
-        return self.activation != "none" and any(u not in self.act_nodes for p in self.pre for u in p.users)
+        """The pre-activation, or a piece of the activation computed from it, is still read outside the
+        activation (by the backward): the epilogue stores the pre-activation, and those readers recompute from it."""
+        if self.activation == "none":
+            return False
+        inner = [n for n in self.act_nodes if n is not self.act_output]
+        return any(u not in self.act_nodes for n in (*self.pre, *inner) for u in n.users)
 
 
 def _stat_nodes(match: pm.Match) -> tuple[Optional[Node], Optional[Node]]:

@@ -154,6 +154,8 @@ def test_models_rewritten_and_trained(name):
     sites = nfi.reports()
     assert sites and all(s.rewritten and s.fusion == "regrouped_norm" for s in sites), [s.line() for s in sites]
     assert any("producer GEMM writes the stream" in s.reason for s in sites)
+    if name == "rms_swiglu":  # gate and up as one interleaved GEMM, silu(gate)·up in its epilogue
+        assert sum("activation silu_mul in the epilogue" in s.reason for s in sites) == 2, [s.line() for s in sites]
     bound = max(3 * rel(eager, expected), tol(dtype))
     assert rel(out, expected) < bound
     grad = torch.randn_like(out)
@@ -235,6 +237,7 @@ def test_inference_keeps_folded_weights_until_the_parameters_change(name):
         assert rel(out, model(x)) < 1e-5
         sites = [s for s in nfi.reports() if s.rewritten]
         assert sites and all("W·γ kept folded between calls" in s.reason for s in sites), [s.line() for s in sites]
+        assert ("activation silu_mul" if name == "swiglu" else "activation gelu") in sites[0].reason
         kept = dict(regrouped._FOLDED)
         assert kept
         compiled(x)

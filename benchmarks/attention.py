@@ -18,6 +18,7 @@ import torch
 import triton
 
 from norm_fusion_inductor import attention_ops
+from norm_fusion_inductor.kernels import tuning
 from norm_fusion_inductor.timing import interleaved_medians
 
 op = torch.ops.norm_fusion.norm_attention
@@ -215,9 +216,9 @@ def main():
     p.add_argument("--tma", action="store_true", help="--configs: the descriptor path too")
     p.add_argument("--breakdown", action="store_true", help="GPU time per kernel of one forward + backward")
     p.add_argument("--merged", action="store_true",
-                   help="the merged dq̂ + dK/dV backward kernel (kernels.MERGED_DQ_HAT_BY_DEFAULT) for every run")
+                   help="the merged dq̂ + dK/dV backward kernel (tuning.attention_merged_dq_hat) for every run")
     p.add_argument("--residual-in-acc", action="store_true",
-                   help="the forward adds q̂ in its accumulator (kernels.RESIDUAL_IN_ACC_BY_DEFAULT; not softmax)")
+                   help="the forward adds q̂ in its accumulator (tuning.attention_residual_in_acc; not softmax)")
     p.add_argument("--row-launch", nargs=3, type=int, metavar=("ELEMENTS", "WARPS", "PROGRAMS_PER_SM"),
                    help="the row kernels' tile size, warps and programs per SM (kernels.ROW_*), to compare them")
     p.add_argument("--dense", action="store_true", help="every q sequence max_len long (no jagged rows)")
@@ -231,14 +232,10 @@ def main():
             probe(args.batch, args.max_lens[0], args.heads[0], args.head_dim, args.kv_len, activation)
         return
     if args.merged:
-        from norm_fusion_inductor.kernels import norm_attention as kernels
-
-        kernels.MERGED_DQ_HAT_BY_DEFAULT = True
+        tuning.adopt(attention_merged_dq_hat=True)
         print("merged dq̂ + dK/dV backward", flush=True)
     if args.residual_in_acc:
-        from norm_fusion_inductor.kernels import norm_attention as kernels
-
-        kernels.RESIDUAL_IN_ACC_BY_DEFAULT = True
+        tuning.adopt(attention_residual_in_acc=True)
         print("the residual q̂ in the forward's accumulator", flush=True)
     if args.row_launch:
         from norm_fusion_inductor.kernels import norm_attention as kernels

@@ -22,12 +22,12 @@ def main():
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--cached-launch", action="store_true",
-                   help="launch through kernels.launch.cached_launch (norm_attention.CACHED_LAUNCH_BY_DEFAULT)")
+                   help="launch through kernels.launch.cached_launch (tuning.attention_cached_launch)")
     args = p.parse_args()
     if args.cached_launch:
-        from norm_fusion_inductor.kernels import norm_attention
+        from norm_fusion_inductor.kernels import tuning
 
-        norm_attention.CACHED_LAUNCH_BY_DEFAULT = True
+        tuning.adopt(attention_cached_launch=True)
         print("cached launches", flush=True)
     for act in ("softmax", "silu"):
         q, k, v, offsets, weights = attention._operands(768, args.max_len, args.heads, 128, 128)

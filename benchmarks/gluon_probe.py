@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from norm_fusion_inductor.kernels import norm_gemm as tri
 from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
+from norm_fusion_inductor.kernels import tuning
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from benchmarks.kernel_probe import bench  # noqa: E402
@@ -130,13 +131,10 @@ def timing(json_path, configs):
 
 
 def _own_block(fn):
-    """fn with the in-loop row sums in a basic block of their own (glu.STATS_OWN_BLOCK_BY_DEFAULT, for the A/B)."""
+    """fn with the in-loop row sums in a basic block of their own (tuning.gluon_stats_own_block, for the A/B)."""
     def run():
-        glu.STATS_OWN_BLOCK_BY_DEFAULT = True
-        try:
+        with tuning.override(gluon_stats_own_block=True):
             return fn()
-        finally:
-            glu.STATS_OWN_BLOCK_BY_DEFAULT = False
     return run
 
 
@@ -327,7 +325,7 @@ def main():
     ap.add_argument("--w-kn", action="store_true", help="also check the configs with the weight stored [K, N]")
     ap.add_argument("--post", action="store_true", help="the post-norm epilogue (\"gluon_row\" plans) instead")
     ap.add_argument("--stats-own-block", action="store_true",
-                    help="check with glu.STATS_OWN_BLOCK_BY_DEFAULT on; with --ln also time the kernels with it")
+                    help="check with tuning.gluon_stats_own_block on; with --ln also time the kernels with it")
     ap.add_argument("--ln", nargs="*", metavar="MxKxN",
                     help="time LayerNorm against RMSNorm per config, kernel and weight preparation apart (timing_ln)")
     args = ap.parse_args()
@@ -338,7 +336,7 @@ def main():
                   args.stats_own_block)
         return
     if args.stats_own_block:  # the float64 checks below with it on
-        glu.STATS_OWN_BLOCK_BY_DEFAULT = True
+        tuning.adopt(gluon_stats_own_block=True)
     if args.post:
         if not args.no_check:
             check_post(configs)

@@ -27,6 +27,7 @@ import triton
 from attention import bench_interleaved  # benchmarks/attention.py (scripts run from benchmarks/)
 from norm_fusion_inductor import qk_norm_ops
 from norm_fusion_inductor.kernels import qk_norm_attention as kernels
+from norm_fusion_inductor.kernels import tuning
 
 op = torch.ops.norm_fusion.qk_norm_attention
 
@@ -132,10 +133,10 @@ def adopt_best(best: dict) -> None:
 
     for which, kernels_of_pass in (("forward", ["forward"]), ("backward", ["dq", "dkdv"])):
         tma = total(kernels_of_pass, True) < total(kernels_of_pass, False)
-        kernels.TMA_BY_DEFAULT[which] = tma
+        tuning.adopt(**{f"qk_attention_tma_{which}": tma})
         for kernel in kernels_of_pass:
             kernels.GPU_CONFIGS[kernel] = best[kernel, tma][1]
-    print(f"adopted: configs {kernels.GPU_CONFIGS}, tma {kernels.TMA_BY_DEFAULT}", flush=True)
+    print(f"adopted: configs {kernels.GPU_CONFIGS}, {tuning.current()}", flush=True)
 
 
 def run_shape(batch, seq, heads, kv_heads, head_dim, modes, train, causal=True):

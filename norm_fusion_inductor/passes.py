@@ -51,6 +51,7 @@ class PassContext:
         self.covered: set = set()  # nodes of the norms some family recorded (the rest are reported at the end)
         self.regrouped_sites: list = []  # norms whose consumers the regrouped rewrite took (their producer next)
 
+    @functools.cached_property
     def static_inputs(self) -> Optional[set]:
         """The placeholders that are parameters or buffers (AOTAutograd's static inputs), or None where the
         compile does not say (no tracing context, or one that describes another graph)."""
@@ -157,7 +158,9 @@ class NormFusionPass(CustomGraphPass):
             chained_id = self.chained.uuid()
             if chained_id is None:
                 return None
-        return f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{chained_id!r}"
+        from .kernels import tuning
+
+        return f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{tuning.current()!r}:{chained_id!r}"
 
 
 class NormFusionPreGradPass(NormFusionPass):

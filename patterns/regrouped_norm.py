@@ -400,7 +400,7 @@ def _weight_sources(rw: _Rewrite, gamma, beta, ctx) -> tuple[Optional[list], str
         return None, "W·γ folded per call (cache_folded_weights=False)"
     if ctx.backward or torch._inductor.config.triton.cudagraphs:
         return None, "W·γ folded per call (" + ("training" if ctx.backward else "CUDA graphs") + ")"
-    static = ctx.static_inputs()
+    static = ctx.static_inputs
     if static is None:
         return None, "W·γ folded per call (the graph does not say which inputs are parameters)"
     weights = [c.weight for c in rw.consumers]

@@ -32,3 +32,14 @@ def poisoned_empty(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(empty(*a, **k)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(empty_like(*a, **k)))
+
+
+@pytest.fixture
+def kernel_tuning():
+    """kernel_tuning(**changes): the kernels' variant record (kernels/tuning.py) changed for the rest of the test."""
+    import contextlib
+
+    from norm_fusion_inductor.kernels import tuning
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(tuning.override(**changes))

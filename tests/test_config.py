@@ -269,3 +269,23 @@ def test_explain_reports_every_site_as_data_and_table():
         text = str(result)
         assert text.startswith("1 of 2 normalization sites") and "| no | unfused | the normalized tensor" in text
     torch._dynamo.reset()
+
+
+def test_kernel_tuning_is_one_record_in_the_pass_uuid():
+    """The kernels' measured variant choices live in one frozen record: an override is scoped, names are checked,
+    and the pass's uuid changes with it (the FX graph cache does not serve a graph built under other choices)."""
+    import dataclasses
+
+    from norm_fusion_inductor.kernels import tuning
+
+    pass_ = nfi.NormFusionPass(nfi.NormFusionConfig())
+    before, uuid = tuning.current(), pass_.uuid()
+    with tuning.override(attention_tma=not before.attention_tma) as changed:
+        assert tuning.current() is changed and changed.attention_tma != before.attention_tma
+        assert pass_.uuid() != uuid
+    assert tuning.current() is before and pass_.uuid() == uuid
+    with pytest.raises(TypeError):
+        with tuning.override(no_such_variant=True):
+            pass
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        before.attention_tma = True

@@ -25,20 +25,21 @@ def test_matches_float64(dtype, activation, heads, head_dim, kv_len, affine):
 
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
 @pytest.mark.parametrize("heads,head_dim,kv_len", [(4, 128, 128), (3, 64, 77)])
-def test_separate_dq_hat_and_dkdv_match_float64(activation, heads, head_dim, kv_len, monkeypatch):
+def test_separate_dq_hat_and_dkdv_match_float64(activation, heads, head_dim, kv_len, kernel_tuning):
     """dq̂ and dK/dV in their own kernels where every key fits one block (the merged kernel is the default
     there; KV > 128 always runs these two)."""
-    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", False)
+    kernel_tuning(attention_merged_dq_hat=False)
     _check_against_float64(torch.bfloat16, activation, heads, head_dim, kv_len, True)
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
 @pytest.mark.parametrize("heads,head_dim,kv_len,config", [(4, 128, 128, None), (4, 128, 128, (64, 32, 4, 2)),
                                                           (2, 64, 200, None)])
-def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv_len, config, monkeypatch):
+def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv_len, config, monkeypatch,
+                                                 kernel_tuning):
     """RESIDUAL_IN_ACC (on by default): the forward's accumulator started at q̂, in the default config (64 × 32
     at D = 128, three programs per SM) and in the given one."""
-    monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
+    kernel_tuning(attention_residual_in_acc=True)
     if config is not None:
         monkeypatch.setattr(norm_attention, "default_config", lambda kv_len, head_dim, kernel="forward", *rest: (
             config if kernel == "forward" else _DEFAULT_CONFIG(kv_len, head_dim, kernel, *rest)))
@@ -46,13 +47,13 @@ def test_residual_in_accumulator_matches_float64(activation, heads, head_dim, kv
 
 
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
-def test_cached_launches_read_their_own_operands(activation, monkeypatch):
-    """CACHED_LAUNCH_BY_DEFAULT (on since timed): after a launch key's first call the compiled kernels are called
+def test_cached_launches_read_their_own_operands(activation, kernel_tuning):
+    """tuning.attention_cached_launch (on since timed): after a launch key's first call the compiled kernels are called
     directly; every call must still read its own operands and write its own poisoned outputs, and a batch of the
     same row count but another longest sequence (another grid) must get its own launch."""
     from norm_fusion_inductor.kernels import launch
 
-    monkeypatch.setattr(norm_attention, "CACHED_LAUNCH_BY_DEFAULT", True)
+    kernel_tuning(attention_cached_launch=True)
     launch.LAUNCHERS.clear()
     for seed, lens in enumerate(([300, 0, 1, 64, 129, 250, 77, 512], [300, 0, 1, 64, 129, 250, 77, 512],
                                  [200, 100, 100, 100, 129, 250, 200, 254])):  # 1333 rows each; longest 512, 254

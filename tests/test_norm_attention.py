@@ -73,11 +73,11 @@ def test_kernels_match_float64_long_kv(activation, monkeypatch):
 
 @interpreter
 @pytest.mark.parametrize("activation", ["softmax", "relu2"])
-def test_merged_backward_matches_float64(activation, monkeypatch):
+def test_merged_backward_matches_float64(activation, monkeypatch, kernel_tuning):
     """The merged dq̂ + dK/dV kernel (one program per sequence and head over every key), with a KV length that
     is not a power of two and rows of several blocks."""
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    monkeypatch.setattr(norm_attention, "MERGED_DQ_HAT_BY_DEFAULT", True)
+    kernel_tuning(attention_merged_dq_hat=True)
     calls = _record_launch_flag(monkeypatch, "_dkdv_kernel", "WITH_DQ_HAT")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
                                          dtype=torch.float32, seed=21)
@@ -131,11 +131,11 @@ def test_cached_launches_get_every_constexpr_and_their_grid(activation, monkeypa
 @interpreter
 @pytest.mark.parametrize("activation, dtype, tol", [("silu", torch.float32, 1e-5), ("gelu_tanh", torch.float16, 2e-3),
                                                     ("softmax", torch.float32, 1e-5)])
-def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, monkeypatch):
+def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, monkeypatch, kernel_tuning):
     """RESIDUAL_IN_ACC (the forward's accumulator started at q̂; softmax keeps the separate add), KV over several
     blocks, fp32 and fp16, forward and gradients."""
     monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
-    monkeypatch.setattr(norm_attention, "RESIDUAL_IN_ACC_BY_DEFAULT", True)
+    kernel_tuning(attention_residual_in_acc=True)
     flags = _record_launch_flag(monkeypatch, "_attention_kernel", "RESIDUAL_IN_ACC")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
                                          dtype=dtype, seed=31)

@@ -241,7 +241,8 @@ def main_hgmma_gaps() -> int:
     """The Gluon in-loop kernels (both schedules, RMSNorm and LayerNorm) with the row sums in their own basic
     block (STATS_OWN_BLOCK): each wgmma's HGMMAs issued back to back, at most MAX_HGMMA_GAP instructions apart.
     The default build is printed beside them (ptxas interleaves the sums there)."""
-    from norm_fusion_inductor.kernels import norm_gemm, norm_gemm_gluon as ngg
+    from norm_fusion_inductor.kernels import norm_gemm, tuning
+    from norm_fusion_inductor.kernels import norm_gemm_gluon as ngg
 
     norm_gemm._num_sms = lambda index: 132
     M, K, N = 1024, 1024, 1024
@@ -261,8 +262,9 @@ def main_hgmma_gaps() -> int:
 
     failed = 0
     for own_block in (False, True):
-        ngg.STATS_OWN_BLOCK_BY_DEFAULT = own_block
-        for launch in _record(ngg, in_loop):
+        with tuning.override(gluon_stats_own_block=own_block):
+            launches = _record(ngg, in_loop)
+        for launch in launches:
             spec = _compile_spec(*launch)
             gaps = hgmma_gaps(_sass_of(spec))
             bad = own_block and (not gaps or max(gaps) > MAX_HGMMA_GAP)
@@ -443,6 +445,8 @@ def _norm_gemm_gluon(ngg):
 
 
 def _norm_attention(na):
+    from norm_fusion_inductor.kernels import tuning
+
     # H = 2 heads: the kernels unroll their loops over the heads (at H = 8 one dq kernel took a minute to compile)
     T, B, kv_len, H = 1024, 4, 200, 2
     # offsets: int32 as the pass makes them, int64 as callers of the jagged API may pass them
@@ -461,11 +465,8 @@ def _norm_attention(na):
         out, *saved = na.forward(q, k, v, offsets, T // B, H, *weights, scale, act, 1e-5, 1e-6, tma=tma)
         na.backward(grad_out, q, k, v, offsets, T // B, H, *weights, scale, act, *saved, tma=tma)
         if act == "silu":  # the forward without the residual in its accumulator (on by default)
-            na.RESIDUAL_IN_ACC_BY_DEFAULT = False
-            try:
+            with tuning.override(attention_residual_in_acc=False):
                 na.forward(q, k, v, offsets, T // B, H, *weights, scale, act, 1e-5, 1e-6, tma=tma)
-            finally:
-                na.RESIDUAL_IN_ACC_BY_DEFAULT = True
         if act in ("softmax", "silu"):  # the merged dq̂ + dK/dV kernel: every key in one block (KV ≤ 128)
             short_k, short_v = _empty(B, 128, W), _empty(B, 128, W)
             na.backward(grad_out, q, short_k, short_v, offsets, T // B, H, *weights, scale, act, *saved, tma=tma,

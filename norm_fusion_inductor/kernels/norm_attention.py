@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import launch
+from . import launch, tuning
 
 ACTIVATIONS = {"softmax": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 MAX_ELEMENTS = 2**31  # element offsets are int32 in the kernels
@@ -534,12 +534,6 @@ def default_config(kv_len: int, head_dim: int, kernel: str = "forward",
     return 64, block_n, 4, 2
 
 
-# The merged dq̂ + dK/dV kernel (_dkdv_kernel with WITH_DQ_HAT) saves _dq_hat_kernel's recomputation of S and dP.
-# H200, H = 4 (2026-11-30, third session, benchmarks/results/gpu-2026-11-30e/merged_breakdown.log): 1.37 ms
-# against 0.81 + 0.86 (dq̂ + dK/dV) for softmax, 1.50 against 0.94 + 0.84 for silu at the jagged max-1024 shape;
-# 1.31 against 0.79 + 0.74 and 1.43 against 0.88 + 0.77 on dense 768 × 512 rows. On wherever every key fits one
-# block (KV ≤ 128).
-MERGED_DQ_HAT_BY_DEFAULT = True
 MAX_MERGED_KV = 128
 
 
@@ -573,16 +567,10 @@ def _row_launch(num_rows: int, width: int, device: torch.device,
     return (max(programs, 1),), dict(W=width, W_POW2=w_pow2, BLOCK_R=block_r, num_warps=ROW_WARPS)
 
 
-# Launch through launch.cached_launch: after a launch key's first call the compiled kernel's launcher is called
-# directly, without the JIT's per-call argument binding (~65 µs per launch on the H200 host; this op launches up
-# to 7 per forward + backward). H200, H = 2, max 512 jagged rows, forward + backward through autograd
-# (`attention_host.py`, two A/B rounds, 2026-11-30 tenth session): host 1.27–1.54 → 1.01–1.18 ms per call,
-# do_bench 1.29–1.57 → 1.03–1.27 ms; its GPU test passed once 1-D grids were padded to three dimensions.
-CACHED_LAUNCH_BY_DEFAULT = True
 
 
 def _cached_launch_on(device: torch.device) -> bool:
-    return CACHED_LAUNCH_BY_DEFAULT and device.type == "cuda"
+    return tuning.current().attention_cached_launch and device.type == "cuda"
 
 
 def _launch(kernel, grid: tuple, *args, **meta) -> None:
@@ -618,21 +606,11 @@ def _tma_ok(rows: list, kv: list) -> bool:
             and all(t.stride(0) == t.shape[1] * t.stride(1) for t in kv))
 
 
-# The forward kernel adds the residual q̂ into its fp32 accumulator (activations other than softmax, whose
-# accumulator is rescaled): fewer registers (see _head_x), one rounding of x instead of eager's two. H200, silu,
-# H = 4, D = 128 (2026-11-30, ninth session, benchmarks/results/gpu-2026-11-30k/call1/acc_ab.log), whole forward:
-# 1.049 / 1.142 ms (dense 768 × 512 / jagged max 1024) with it at 64 × 32 against 1.128 / 1.229 without it at
-# the old default 64 × 64 and 1.095 / 1.200 at the best config without it; its GPU tests passed.
-RESIDUAL_IN_ACC_BY_DEFAULT = True
-
-# The descriptor path is right on the GPU too (test_descriptor_path_matches_pointer_path, 2026-11-30) but its
-# forward measured slower than the pointer path (docs/benchmarks_journal.md): pointers stay the default.
-TMA_BY_DEFAULT = False
 
 
 def _use_tma(tma: Optional[bool], rows: list, kv: list) -> bool:
     if tma is None:
-        tma = TMA_BY_DEFAULT and _tma_ok(rows, kv)
+        tma = tuning.current().attention_tma and _tma_ok(rows, kv)
     elif tma and not _tma_ok(rows, kv):
         raise ValueError("tma=True, but an operand is not aligned or k/v do not flatten to [B·L, W]")
     if tma and rows[0].is_cuda:
@@ -648,7 +626,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """out [T, H·D], mean, rstd, rrms [T] fp32, lse [T, H] fp32 (softmax; else empty), x [T, H·D] (what the
     backward reads). ``config``: the attention kernel's; ``tma``: read through tensor descriptors (None:
-    TMA_BY_DEFAULT, where the operands allow)."""
+    tuning's attention_tma, where the operands allow)."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
     head_dim = width // heads
@@ -658,7 +636,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int, head
     lse = torch.empty(T if act == 0 else 0, heads, device=q.device, dtype=torch.float32)
     if T == 0:
         return out, mean, rstd, rrms, lse, x
-    residual_in_acc = act != 0 and RESIDUAL_IN_ACC_BY_DEFAULT
+    residual_in_acc = act != 0 and tuning.current().attention_residual_in_acc
     config = config or default_config(kv_len, head_dim, "forward", residual_in_acc)
     tma = _use_tma(tma, [q], [k, v])
     row_grid, rows = _row_launch(T, width, q.device)
@@ -679,7 +657,7 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
              dkdv_config=None, tma: Optional[bool] = None, merged: Optional[bool] = None, merged_config=None,
              kv_grad: bool = True):
     """(dq, dk, dv, dγ, dβ, dw); the norm weights' gradients are None where the weight is. ``merged`` (None:
-    MERGED_DQ_HAT_BY_DEFAULT): for KV ≤ MAX_MERGED_KV one dK/dV program per (sequence, head) holds every key and
+    tuning's attention_merged_dq_hat): for KV ≤ MAX_MERGED_KV one dK/dV program per (sequence, head) holds every key and
     computes dq̂ too. ``kv_grad`` False (k and v need no gradient): dk, dv are None and only the dq̂ kernel runs."""
     T, width = q.shape
     B, kv_len = k.shape[0], k.shape[1]
@@ -713,7 +691,7 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
                 T, grad_out.stride(0), x.stride(0), q.stride(0), ACT=act, HAS_RMS_W=rms_weight is not None,
                 **flags, **rows)
         if merged is None:
-            merged = MERGED_DQ_HAT_BY_DEFAULT
+            merged = tuning.current().attention_merged_dq_hat
         common = (q, k, v, dk, dv, dx, dq, delta, offsets, ln_weight, ln_bias, mean, rstd, lse, T, B, q.stride(0),
                   k.stride(0), k.stride(1), v.stride(0), v.stride(1), kv_len, scale)
         if merged and kv_grad and kv_len <= MAX_MERGED_KV:

@@ -69,6 +69,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from . import tuning
 from .launch import cached_launch as _cached_launch
 
 NO_STATS, RMS_STATS, LN_STATS = 0, 1, 2
@@ -617,10 +618,6 @@ def _ws_options(num_warps: int) -> dict:
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
-# The in-loop row sums in a basic block of their own (_stats_gate), so that each wgmma's HGMMAs are issued back to
-# back (offline SASS, 2026-11-30 tenth session). Off until measured and checked against float64 on the GPU
-# (`validate_gpu.sh statsblock`): the in-loop LayerNorm kernel costs 17–25 % over the plain GEMM, RMSNorm 5–9 %.
-STATS_OWN_BLOCK_BY_DEFAULT = False
 
 
 def unsupported_reason(dtype: torch.dtype, device: torch.device, K: int, cfg: dict, prologue: str,
@@ -743,7 +740,7 @@ def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, wr
     meta = dict(ROW_STATS=row_stats, ROW_SCALE=row_scale, CENTER=mean is not None and not post_norm,
                 HAS_BIAS=bias is not None, WRITE_STATS=write_stats, W_KN=bool(w_kn), POST_NORM=post_norm,
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, NUM_BUFFERS=num_buffers, num_warps=num_warps,
-                STATS_OWN_BLOCK=bool(row_stats) and STATS_OWN_BLOCK_BY_DEFAULT)
+                STATS_OWN_BLOCK=bool(row_stats) and tuning.current().gluon_stats_own_block)
     kernel = norm_gemm_gluon_kernel
     if warp_specialize:  # its extra meta (PRODUCER_REGS, maxnreg) also keeps its launch keys apart
         kernel = norm_gemm_gluon_ws_kernel

@@ -39,6 +39,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import tuning
+
 LOG2E = 1.4426950408889634
 
 
@@ -398,10 +400,6 @@ def _launch(config, tma: bool):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma)
 
 
-# Tensor-descriptor loads of the KV (forward, dq) and query (dK/dV) blocks, per pass. H200, 2026-11-30
-# (benchmarks/results/gpu-2026-11-30b/qk_norm_tuned.log): the backward 3.74 ms with descriptors vs 3.94 with
-# pointers; the forward slower with them (1.53 vs 1.29 ms at 128×128).
-TMA_BY_DEFAULT = {"forward": False, "backward": True}
 
 
 def _use_tma(tma: Optional[bool], tensors: list, which: str) -> bool:
@@ -412,7 +410,7 @@ def _use_tma(tma: Optional[bool], tensors: list, which: str) -> bool:
 
     ok = all(aligned(t) for t in tensors)
     if tma is None:
-        tma = TMA_BY_DEFAULT[which] and ok
+        tma = getattr(tuning.current(), f"qk_attention_tma_{which}") and ok
     elif tma and not ok:
         raise ValueError("tma=True, but an operand is not 16-byte aligned")
     if tma and tensors[0].is_cuda:
@@ -451,7 +449,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor,
             config=None, tma: Optional[bool] = None):
     """(out [B, Hq, L, D] (memory [B, L, Hq, D]), lse [B, Hq, L] (base 2, scaled), q_rrms, k_rrms, q̂ (or empty),
     k̂). ``config``: (BLOCK_M, BLOCK_N, num_warps, num_stages) of the attention kernel; ``tma``: KV blocks
-    through tensor descriptors (None: TMA_BY_DEFAULT where the operands allow)."""
+    through tensor descriptors (None: tuning's qk_attention_tma_* where the operands allow)."""
     B, HQ, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
     k_hat, k_rrms = normalize(k, k_weight, k_eps, cos, sin)

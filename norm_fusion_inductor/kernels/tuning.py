@@ -1,0 +1,68 @@
+"""Kernel variants chosen by measurement: one frozen record, read by the kernels at launch and covered by the pass's
+``uuid()``. Each field says what it switches and the measurement that chose its default (H200, bf16; the runs are
+in docs/benchmarks_journal.md). To A/B a variant, replace the record for the run:
+
+    from norm_fusion_inductor.kernels import tuning
+    with tuning.override(attention_tma=True):
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTuning:
+    #: FlashNormAttention's backward: the merged dq̂ + dK/dV kernel saves the dq̂ kernel's recomputation of S and
+    #: dP, where every key fits one block (KV ≤ MAX_MERGED_KV). H = 4: 1.37 ms against 0.81 + 0.86
+    #: (softmax), 1.50 against 0.94 + 0.84 (silu) at the jagged max-1024 shape; 1.31 against 0.79 + 0.74 and
+    #: 1.43 against 0.88 + 0.77 on dense 768 × 512 rows
+    attention_merged_dq_hat: bool = True
+    #: FlashNormAttention launches through launch.cached_launch: after a launch key's first call the compiled
+    #: kernel's launcher is called directly, without the JIT's per-call argument binding (~65 µs per launch on the
+    #: host; up to 7 launches per forward + backward): host 1.27–1.54 → 1.01–1.18 ms per call
+    attention_cached_launch: bool = True
+    #: FlashNormAttention's forward adds the residual q̂ into its fp32 accumulator (activations other than
+    #: softmax): fewer registers, one rounding of x. silu, H = 4, D = 128: 1.049 / 1.142 ms (dense /
+    #: jagged) against 1.095 / 1.200 at the best config without it
+    attention_residual_in_acc: bool = True
+    #: FlashNormAttention reads through tensor descriptors: right on the GPU, but its forward measured slower
+    #: than the pointer path
+    attention_tma: bool = False
+    #: QK-norm attention's KV (forward, dq) loads through tensor descriptors: slower (1.53 vs 1.29 ms at 128×128)
+    qk_attention_tma_forward: bool = False
+    #: QK-norm attention's query loads in dK/dV through tensor descriptors: 3.74 ms vs 3.94 with pointers
+    qk_attention_tma_backward: bool = True
+    #: the Gluon prologue mainloop's in-loop row sums in a basic block of their own, so that each wgmma's HGMMAs
+    #: issue back to back (offline SASS). Off until measured and checked against float64 on the GPU
+    #: (`validate_gpu.sh statsblock`)
+    gluon_stats_own_block: bool = False
+
+
+_current = KernelTuning()
+
+
+def current() -> KernelTuning:
+    """The record the kernels launch with."""
+    return _current
+
+
+def adopt(**changes) -> KernelTuning:
+    """The kernels launch with these fields changed from now on in this process (a benchmark's A/B run)."""
+    global _current
+    _current = dataclasses.replace(_current, **changes)
+    return _current
+
+
+@contextlib.contextmanager
+def override(**changes):
+    """The kernels launch with these fields changed inside the block (unknown names raise)."""
+    global _current
+    saved = _current
+    _current = dataclasses.replace(saved, **changes)
+    try:
+        yield _current
+    finally:
+        _current = saved

@@ -155,8 +155,10 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     return row
 
 
-def kernel_times(step, steps: int = 5) -> dict[str, float]:
-    """Per-kernel breakdown: mean GPU ms per step of each kernel name over `steps` profiled steps."""
+def kernel_times(step, steps: int = 5) -> dict:
+    """Per-kernel breakdown: mean GPU ms per step of each kernel name over `steps` profiled steps ("by_name"), and
+    the kernels of the last step in launch order ("in_order": [name, ms], the ones over 20 µs) to tell calls of
+    one kernel apart (which GEMM is which)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -169,15 +171,24 @@ def kernel_times(step, steps: int = 5) -> dict[str, float]:
     for event in prof.key_averages():
         if event.device_type == torch.autograd.DeviceType.CUDA and event.self_device_time_total > 0:
             times[event.key] = times.get(event.key, 0.0) + event.self_device_time_total / 1e3 / steps
-    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                      and e.self_device_time_total > 0), key=lambda e: e.time_range.start)
+    last = kernels[len(kernels) - len(kernels) // steps:]
+    return {"by_name": dict(sorted(times.items(), key=lambda kv: -kv[1])),
+            "in_order": [[e.name, e.self_device_time_total / 1e3] for e in last
+                         if e.self_device_time_total > 20]}
 
 
 def print_kernels(row: dict, top: int = 14) -> None:
-    """Each compiler's heaviest kernels, ms per step, and the total."""
-    for cname, times in row["kernels"].items():
+    """Each compiler's heaviest kernels, ms per step, and the total; then one step's kernels in launch order."""
+    for cname, kernels in row["kernels"].items():
+        times = kernels["by_name"]
         print(f"  kernels of {cname}: total {sum(times.values()):.3f} ms", flush=True)
         for key, ms in list(times.items())[:top]:
             print(f"    {ms:8.3f}  {key[:110]}", flush=True)
+        print(f"  one step of {cname}, in launch order (kernels over 20 us):", flush=True)
+        for key, ms in kernels["in_order"]:
+            print(f"    {ms:8.3f}  {key[:90]}", flush=True)
 
 
 def best_of(row: dict) -> float:

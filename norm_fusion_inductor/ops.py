@@ -27,20 +27,25 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .kernels import norm_gemm
+from .kernels import norm_gemm, tuning
 from .report import log
+
+# The layout constraint of every op that reads the residual stream. Under Inductor's default (exact strides) an
+# input that is still an unrealized pointwise (an embedding, a residual add) is copied once per consuming op: q, k
+# and v read the stream through three copies. A flexible layout lets Inductor realize the stream once and hand each
+# op a view of it; the ops make their operands contiguous themselves where a kernel needs that.
+STREAM_INPUT_TAGS = (torch._C.Tag.flexible_layout,)
 
 
 def _cpu_reason(t: Tensor) -> Optional[str]:
-    """Triton kernels run on CPU tensors only under the Triton interpreter, and only when NORM_FUSION_INTERPRET=1
-    (tests), since the interpreter is far slower than the reference."""
-    if t.device.type == "cpu" and os.environ.get("NORM_FUSION_INTERPRET", "0") != "1":
+    """Triton kernels run on CPU tensors only under the Triton interpreter, and only where the kernel tuning asks
+    for it (tests: ``interpret_on_cpu``), since the interpreter is far slower than the reference."""
+    if t.device.type == "cpu" and not tuning.current().interpret_on_cpu:
         return "CPU: reference implementation"
     return None
 
@@ -100,13 +105,13 @@ def _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn, plan=None):
     return out, rstd.reshape(*x.shape[:-1], 1)
 
 
-@torch.library.custom_op("norm_fusion::rms_norm_linear", mutates_args=())
+@torch.library.custom_op("norm_fusion::rms_norm_linear", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def rms_norm_linear(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
                     eps: float, weight_kn: bool = False) -> tuple[Tensor, Tensor]:
     return _rms_norm_linear(x, norm_weight, weight, bias, eps, weight_kn)
 
 
-@torch.library.custom_op("norm_fusion::rms_norm_linear_tensor_eps", mutates_args=())
+@torch.library.custom_op("norm_fusion::rms_norm_linear_tensor_eps", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def rms_norm_linear_tensor_eps(x: Tensor, norm_weight: Optional[Tensor], weight: Tensor, bias: Optional[Tensor],
                                eps: Tensor, weight_kn: bool = False) -> tuple[Tensor, Tensor]:
     return _rms_norm_linear(x, norm_weight, weight, bias, eps.item(), weight_kn)
@@ -206,13 +211,13 @@ def _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn, 
     return out, mean.reshape(stats_shape), rstd.reshape(stats_shape)
 
 
-@torch.library.custom_op("norm_fusion::layer_norm_linear", mutates_args=())
+@torch.library.custom_op("norm_fusion::layer_norm_linear", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def layer_norm_linear(x: Tensor, norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], weight: Tensor,
                       bias: Optional[Tensor], eps: float, weight_kn: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     return _layer_norm_linear(x, norm_weight, norm_bias, weight, bias, eps, weight_kn)
 
 
-@torch.library.custom_op("norm_fusion::layer_norm_linear_tensor_eps", mutates_args=())
+@torch.library.custom_op("norm_fusion::layer_norm_linear_tensor_eps", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def layer_norm_linear_tensor_eps(x: Tensor, norm_weight: Optional[Tensor], norm_bias: Optional[Tensor],
                                  weight: Tensor, bias: Optional[Tensor], eps: Tensor, weight_kn: bool = False
                                  ) -> tuple[Tensor, Tensor, Tensor]:
@@ -313,7 +318,7 @@ def _linear_post_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, la
     return (y, z if write_z else x.new_empty(0), mean if layer_norm else x.new_empty(0, dtype=torch.float32), rstd)
 
 
-@torch.library.custom_op("norm_fusion::linear_post_norm", mutates_args=())
+@torch.library.custom_op("norm_fusion::linear_post_norm", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def linear_post_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor],
                      norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], eps: float, layer_norm: bool,
                      weight_kn: bool = False, write_z: bool = False, residual_out: Optional[Tensor] = None
@@ -322,7 +327,7 @@ def linear_post_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual
                              write_z, residual_out)
 
 
-@torch.library.custom_op("norm_fusion::linear_post_norm_tensor_eps", mutates_args=())
+@torch.library.custom_op("norm_fusion::linear_post_norm_tensor_eps", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def linear_post_norm_tensor_eps(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor],
                                 norm_weight: Optional[Tensor], norm_bias: Optional[Tensor], eps: Tensor,
                                 layer_norm: bool, weight_kn: bool = False, write_z: bool = False,

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from .kernels import epilogue_gemm as kernel
 from .kernels import quack_epilogue_gemm as quack_kernel
+from .ops import STREAM_INPUT_TAGS
 from .report import log
 
 
@@ -45,7 +46,7 @@ def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, re
                            write_aux=write_aux, stats=stats, residual_norm=residual_norm)
 
 
-@torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=())
+@torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], scale: Optional[Tensor],
                   shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
                   stats: str, w_kn: bool, residual_norm: str = "none", residual_scale: Optional[Tensor] = None,
@@ -149,7 +150,7 @@ def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, st
     return out, aux, partials
 
 
-@torch.library.custom_op("norm_fusion::rms_backward_gemm", mutates_args=())
+@torch.library.custom_op("norm_fusion::rms_backward_gemm", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def rms_backward_gemm(dz: Tensor, w: Tensor, x: Tensor, rstd: Tensor, gamma: Tensor, dresidual: Optional[Tensor],
                       w_kn: bool, row_mean: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     epilogue = kernel.Epilogue(residual=dresidual is not None,

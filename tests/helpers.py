@@ -1,5 +1,7 @@
 """Shared test helpers: model code written as libraries write it, and float64 references."""
 
+import dataclasses
+
 import torch
 import torch.nn as nn
 
@@ -174,10 +176,17 @@ def norm_attention_run(fn, args, grad_out, cast=None, frozen=()):
     return outs[0], outs[1:], grads
 
 
+def interpret_kernels(monkeypatch) -> None:
+    """The ops run their Triton kernels on CPU tensors (under TRITON_INTERPRET) until the test ends."""
+    from norm_fusion_inductor.kernels import tuning
+
+    monkeypatch.setattr(tuning, "_current", dataclasses.replace(tuning.current(), interpret_on_cpu=True))
+
+
 def record_kernel_calls(monkeypatch, kernels_module) -> list:
-    """Under the interpreter (NORM_FUSION_INTERPRET=1), with the module's ``forward``/``backward`` wrapped to
+    """Under the interpreter (``interpret_kernels``), with the module's ``forward``/``backward`` wrapped to
     append their names to the returned list when called."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     calls = []
     for name in ("forward", "backward"):
         real = getattr(kernels_module, name)

@@ -13,7 +13,7 @@ import torch
 from norm_fusion_inductor.kernels import norm_gemm
 
 from .helpers import (linear_post_norm_reference64, linear_post_norm_unfused, ln_linear_reference64,
-                      ln_linear_unfused, rel_err, rms_linear_reference64)
+                      interpret_kernels, ln_linear_unfused, rel_err, rms_linear_reference64)
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -147,7 +147,7 @@ def _count_calls(monkeypatch, name: str) -> list:
 
 @interpreter
 def test_op_uses_kernel_under_interpreter(monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     calls = _count_calls(monkeypatch, "rms_norm_matmul")
     x = torch.randn(2, 9, 32)
     g, w, b = torch.rand(32) + 0.5, torch.randn(16, 32), torch.randn(16)
@@ -287,7 +287,7 @@ def test_post_norm_kernel_writes_every_element(exchange):
 
 @interpreter
 def test_post_norm_op_uses_kernel_under_interpreter(monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     calls = _count_calls(monkeypatch, "matmul_norm")
     x, w, b, r, g, beta = _post_operands(18, 32, 48, torch.float32, True, True)
     y, z, mean, rstd = torch.ops.norm_fusion.linear_post_norm(x.reshape(2, 9, 32), w, b, r, g, beta, 1e-5, True,

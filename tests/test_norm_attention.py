@@ -11,7 +11,7 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor import attention_ops, flash_norm_attention
 from norm_fusion_inductor.kernels import norm_attention
 
-from .helpers import norm_attention_case, norm_attention_run, record_kernel_calls, rel_err
+from .helpers import interpret_kernels, norm_attention_case, norm_attention_run, record_kernel_calls, rel_err
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -54,7 +54,7 @@ def _record_launch_flag(monkeypatch, kernel_name: str, flag: str) -> list:
 @pytest.mark.parametrize("affine", [True, False])
 def test_kernels_match_float64_fp32(activation, affine, monkeypatch):
     """Jagged rows with an empty sequence and sequences longer than a row block; KV longer than a KV block."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
                                          dtype=torch.float32, affine=affine, seed=len(activation) + affine)
     _check_against_float64(args, grad_out, tol=1e-5)
@@ -65,7 +65,7 @@ def test_kernels_match_float64_fp32(activation, affine, monkeypatch):
 def test_kernels_match_float64_long_kv(activation, monkeypatch):
     """KV far longer than a KV block (and not a multiple of it): the online softmax and every backward loop over
     many blocks."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([7, 20], heads=2, head_dim=16, kv_len=300, activation=activation,
                                          dtype=torch.float32, seed=11)
     _check_against_float64(args, grad_out, tol=1e-5)
@@ -76,7 +76,7 @@ def test_kernels_match_float64_long_kv(activation, monkeypatch):
 def test_merged_backward_matches_float64(activation, monkeypatch, kernel_tuning):
     """The merged dq̂ + dK/dV kernel (one program per sequence and head over every key), with a KV length that
     is not a power of two and rows of several blocks."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     kernel_tuning(attention_merged_dq_hat=True)
     calls = _record_launch_flag(monkeypatch, "_dkdv_kernel", "WITH_DQ_HAT")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
@@ -90,7 +90,7 @@ def test_merged_backward_matches_float64(activation, monkeypatch, kernel_tuning)
 def test_backward_without_kv_gradients(activation, monkeypatch):
     """k and v that need no gradient (keys fed without grad): the dK/dV kernel does not run, dq̂ comes from its
     own kernel, and dq and the weights' gradients match float64."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     dkdv_launches = _record_launch_flag(monkeypatch, "_dkdv_kernel", "WITH_DQ_HAT")
     dq_hat_launches = _record_launch_flag(monkeypatch, "_dq_hat_kernel", "ACT")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
@@ -107,7 +107,7 @@ def test_cached_launches_get_every_constexpr_and_their_grid(activation, monkeypa
     (two jagged batches of the same row count but different longest sequences launch different grids)."""
     from norm_fusion_inductor.kernels import launch
 
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     monkeypatch.setattr(norm_attention, "_cached_launch_on", lambda device: True)
     launches = []
 
@@ -134,7 +134,7 @@ def test_cached_launches_get_every_constexpr_and_their_grid(activation, monkeypa
 def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, monkeypatch, kernel_tuning):
     """RESIDUAL_IN_ACC (the forward's accumulator started at q̂; softmax keeps the separate add), KV over several
     blocks, fp32 and fp16, forward and gradients."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     kernel_tuning(attention_residual_in_acc=True)
     flags = _record_launch_flag(monkeypatch, "_attention_kernel", "RESIDUAL_IN_ACC")
     args, grad_out = norm_attention_case([5, 0, 70, 20], heads=2, head_dim=16, kv_len=40, activation=activation,
@@ -147,7 +147,7 @@ def test_residual_in_the_accumulator_matches_float64(activation, dtype, tol, mon
 def test_kernels_match_float64_three_heads(monkeypatch):
     """A head count that is not a power of two: the row kernels hold whole rows padded to a power of two and sum
     per-head partials (Δ) over the padded layout."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([40, 3, 29], heads=3, head_dim=16, kv_len=24, activation="softmax",
                                          dtype=torch.float32, seed=13)
     _check_against_float64(args, grad_out, tol=1e-5)
@@ -156,7 +156,7 @@ def test_kernels_match_float64_three_heads(monkeypatch):
 @interpreter
 @pytest.mark.parametrize("activation", ["softmax", "silu"])
 def test_kernels_match_float64_fp16(activation, monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([33, 16, 7], heads=4, head_dim=16, kv_len=24, activation=activation,
                                          dtype=torch.float16, seed=3)
     _check_against_float64(args, grad_out, tol=2e-3)
@@ -182,7 +182,7 @@ def test_pointer_and_descriptor_paths_agree(activation):
 @interpreter
 def test_kernels_far_from_zero_mean(monkeypatch):
     """Rows whose mean is 100× their std: the LayerNorm statistics are two-pass, nothing cancels."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([20, 9], heads=2, head_dim=16, kv_len=16, activation="gelu",
                                          dtype=torch.float32, mean_shift=200.0, seed=5)
     _check_against_float64(args, grad_out, tol=1e-5)
@@ -191,7 +191,7 @@ def test_kernels_far_from_zero_mean(monkeypatch):
 @interpreter
 def test_kernels_write_every_output(monkeypatch):
     """Every buffer the kernels allocate starts as NaN: outputs and gradients must be written everywhere."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([3, 0, 66], heads=2, head_dim=16, kv_len=20, activation="softmax",
                                          dtype=torch.float32, seed=7)
     real_empty, real_empty_like = torch.empty, torch.empty_like
@@ -238,7 +238,7 @@ def test_fake_and_opcheck():
 @interpreter
 def test_backward_op_fake_and_opcheck(monkeypatch):
     """The backward op (what AOTAutograd traces) against its fake implementation, with the kernels."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([3, 5], heads=2, head_dim=16, kv_len=6, activation="softmax",
                                          dtype=torch.float32)
     stats = op(**args)[1:]
@@ -279,7 +279,7 @@ def test_unsupported_operands_have_reasons():
 
 @interpreter
 def test_merged_backward_needs_every_key_in_its_block(monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     args, grad_out = norm_attention_case([5, 9], heads=2, head_dim=16, kv_len=40, activation="softmax",
                                          dtype=torch.float32, seed=2)
     eps = dict(ln_eps=args.pop("ln_eps"), rms_eps=args.pop("rms_eps"))
@@ -383,7 +383,7 @@ def test_block_compiled_without_kv_gradients(monkeypatch):
     the weights' gradients still match eager."""
     kv_grad_flags = []
     real = norm_attention.backward
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     monkeypatch.setattr(norm_attention, "backward",
                         lambda *a, **kw: kv_grad_flags.append(kw.get("kv_grad", True)) or real(*a, **kw))
     block = NormAttentionBlock(activation="softmax")

@@ -12,7 +12,7 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor import qk_norm_ops
 from norm_fusion_inductor.kernels import qk_norm_attention as kernels
 
-from .helpers import LlamaRMSNorm, record_kernel_calls, rel_err
+from .helpers import LlamaRMSNorm, interpret_kernels, record_kernel_calls, rel_err
 
 interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="CPU interpreter tests")
@@ -73,7 +73,7 @@ def _check_against_float64(case_kwargs, causal, tol):
 @pytest.mark.parametrize("rope", [True, False], ids=["rope", "no_rope"])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (2, 2)], ids=["gqa", "mha"])
 def test_kernels_match_float64_fp32(causal, rope, heads, kv_heads, monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     _check_against_float64(dict(heads=heads, kv_heads=kv_heads, rope=rope), causal, 1e-5)
 
 
@@ -81,20 +81,20 @@ def test_kernels_match_float64_fp32(causal, rope, heads, kv_heads, monkeypatch):
 @pytest.mark.parametrize("q_len,kv_len,causal", [(9, 40, False), (40, 24, True), (33, 33, True)])
 def test_kernels_ragged_lengths(q_len, kv_len, causal, monkeypatch):
     """Lengths that are no multiple of the blocks, shorter and longer keys (causal: top-left aligned, as SDPA)."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     _check_against_float64(dict(q_len=q_len, kv_len=kv_len, rope=False, head_dim=64), causal, 1e-5)
 
 
 @interpreter
 def test_kernels_match_float64_fp16(monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     _check_against_float64(dict(dtype=torch.float16), True, 2e-3)
 
 
 @interpreter
 def test_kernels_write_every_output(monkeypatch):
     """Every buffer the kernels allocate starts as NaN: a row or gradient they forget shows up."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
     _check_against_float64(dict(q_len=21, kv_len=21), True, 1e-5)
@@ -119,7 +119,7 @@ def test_descriptor_and_pointer_loads_agree(causal):
 @interpreter
 def test_q_hat_recomputed_when_not_saved(monkeypatch):
     """The forward stores q̂ only for training; a backward without it recomputes q̂ and gives the same grads."""
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     (q, k, v, wq, wk), (cos, sin) = _case()
     grad = torch.randn(q.shape)
     grads = []
@@ -133,7 +133,7 @@ def test_q_hat_recomputed_when_not_saved(monkeypatch):
 
 @interpreter
 def test_op_fake_and_opcheck(monkeypatch):
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     tensors, tables = _case(q_len=8, kv_len=8)
     for save in (True, False):
         torch.library.opcheck(torch.ops.norm_fusion.qk_norm_attention.default,

@@ -220,6 +220,42 @@ def test_inference_with_freezing_folds_gamma_once():
             assert weight_arg.startswith("_frozen_param") == freezing, calls[0]
 
 
+
+class ScaledQKV(nn.Module):
+    """A stream that Inductor has not written yet (a pointwise of the input, like an embedding) read by three
+    normalized projections, as q, k and v read a decoder's stream."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.norm = nn.RMSNorm(width)
+        self.q, self.k, self.v = (nn.Linear(width, width, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        stream = x * 1.5 + 0.25
+        h = self.norm(stream)
+        return self.q(h) + self.k(h) * self.v(h)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_stream_is_written_once_for_all_its_consumers(train):
+    """The three consumer GEMMs read one buffer of the stream: Inductor realizes it once instead of copying it into
+    each op's input (what an exact-stride layout constraint on the ops did: three writes of the stream)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(4)
+    model = ScaledQKV().to(DEVICE).train(train)
+    x = torch.randn(2, 8, 32, device=DEVICE, requires_grad=train)
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        out, code = run_and_get_code(torch.compile(model, backend="norm_fusion", options=REGROUPED), x)
+    assert rel(out, model(x)) < 1e-5
+    sites = nfi.reports()
+    assert sites and sites[0].rewritten and "3 matmul(s)" in sites[0].reason, [s.line() for s in sites]
+    calls = [line for line in code[0].splitlines() if "= torch.ops.norm_fusion.epilogue_gemm" in line]
+    streams = {call.split("(", 1)[1].split(",")[0].replace("reinterpret_tensor(", "").strip() for call in calls}
+    assert len(calls) == 3 and len(streams) == 1, calls
+
 @pytest.mark.parametrize("name", ["swiglu", "ln_gelu"])
 def test_inference_keeps_folded_weights_until_the_parameters_change(name):
     """Inference (no backward): each consumer's W·γ (the SwiGLU pair interleaved; LayerNorm's u and v) is computed

@@ -11,7 +11,7 @@ import torch
 from norm_fusion_inductor import selection
 from norm_fusion_inductor.config import NormFusionConfig
 
-from .helpers import rel_err
+from .helpers import interpret_kernels, rel_err
 
 CUDA_SITE = selection.MatmulSite(M=262144, K=1024, N=256, dtype=torch.bfloat16, device=torch.device("cuda", 0),
                                  has_norm_weight=True, has_bias=False)
@@ -288,7 +288,7 @@ def test_qk_norm_child_measures_the_op_and_the_compiled_block(monkeypatch, train
     from norm_fusion_inductor import measure_block
 
     results = {}
-    monkeypatch.setenv("NORM_FUSION_INTERPRET", "1")
+    interpret_kernels(monkeypatch)
     monkeypatch.setattr(measure_block, "_setup", lambda site: (torch.device("cpu"), torch.float32))
     def call_once(fns):
         results.update({name: f() for name, f in fns.items()})

@@ -39,6 +39,9 @@ class KernelTuning:
     #: issue back to back (offline SASS). Off until measured and checked against float64 on the GPU
     #: (`validate_gpu.sh statsblock`)
     gluon_stats_own_block: bool = False
+    #: the pre-norm/post-norm, FlashNormAttention and QK-norm ops run their Triton kernels on CPU tensors (under
+    #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
+    interpret_on_cpu: bool = False
 
 
 _current = KernelTuning()

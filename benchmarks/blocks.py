@@ -79,9 +79,11 @@ SMOKE = {
 }
 
 
-def build(spec: dict, train: bool, device: str, dtype: torch.dtype):
-    """(model, inputs, step, FLOPs, minimal bytes) of a block; step() runs inference or a training step."""
+def build(spec: dict, train: bool, device: str, dtype: torch.dtype, random_embeds: bool = False):
+    """(model, inputs, speed-of-light ms, labels) of a block (labels: a transformers model's targets where its
+    inputs are embeddings, else None)."""
     torch.manual_seed(0)
+    labels = None
     if spec["kind"] == "tower":
         model = TowerStack(spec["layers"], width=spec["width"], hidden=spec["hidden"], norm=spec["norm"],
                            act=spec["act"]).to(device, dtype)
@@ -95,6 +97,10 @@ def build(spec: dict, train: bool, device: str, dtype: torch.dtype):
         model = hf_models.tiny_model(spec["family"], hidden=spec["hidden"], layers=1, vocab_size=128,
                                      **spec["config"]).to(device, dtype)
         inputs = hf_models.example_inputs(model, batch=spec["batch"], seq=spec["seq"])
+        if random_embeds:  # distinct rows, as a real vocabulary gives; the 128-token one repeats rows
+            generator = torch.Generator().manual_seed(2)
+            embeds = torch.randn(spec["batch"], spec["seq"], spec["hidden"], generator=generator) * 0.02
+            labels, inputs = inputs["input_ids"], {"inputs_embeds": embeds.to(device, dtype)}
         tokens = spec["batch"] * spec["seq"]
         linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
         linear += sum(m.weight.numel() for m in model.modules() if type(m).__name__ == "Conv1D")
@@ -107,7 +113,7 @@ def build(spec: dict, train: bool, device: str, dtype: torch.dtype):
     if train:
         flops, io_bytes, weight_bytes = 3 * flops, 3 * io_bytes, 3 * weight_bytes
     sol_ms = max(flops / PEAK_FLOPS, (io_bytes + weight_bytes) / PEAK_BYTES) * 1e3
-    return model, inputs, sol_ms
+    return model, inputs, sol_ms, labels
 
 
 def run_block(name: str, spec: dict, train: bool, args) -> dict:
@@ -115,7 +121,7 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model, inputs, sol_ms = build(spec, train, device, dtype)
+    model, inputs, sol_ms, labels = build(spec, train, device, dtype, args.random_embeds)
     if train and spec["kind"] == "tower":
         model = LossInside(model)  # the loss compiled with the block, for every compiler alike
     compilers = {"default": {}}
@@ -130,12 +136,12 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
         compilers["norm_fusion_triton"] = dict(backend="norm_fusion", options={"norm_fusion": {
             **options, "gemm_backends": ("triton",)}})
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
-    eager = make_step(model, inputs, train)()
+    eager = make_step(model, inputs, train, labels)()
     fns = {}
     for cname, kwargs in compilers.items():
         torch._dynamo.reset()
         nfi.clear_reports()
-        step = make_step(torch.compile(model, **kwargs), inputs, train)
+        step = make_step(torch.compile(model, **kwargs), inputs, train, labels)
         start = time.perf_counter()
         out = step()
         if device == "cuda":
@@ -208,6 +214,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json")
     p.add_argument("--profile", action="store_true", help="print each compiler's per-kernel GPU time per step")
+    p.add_argument("--random-embeds", action="store_true",
+                   help="transformers blocks read random N(0, 0.02²) input embeddings instead of token ids of the "
+                        "128-token vocabulary (whose 128 distinct rows repeat through the first GEMMs)")
     args = p.parse_args()
     blocks = SMOKE if args.smoke else BLOCKS
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
@@ -215,7 +224,8 @@ def main() -> int:
 
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
           f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}"
-          + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else ""))
+          + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else "")
+          + ("  inputs: random embeddings" if args.random_embeds else ""))
     print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "
           "sites rewritten | err vs eager |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")

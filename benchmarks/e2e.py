@@ -67,8 +67,10 @@ class LossInside(torch.nn.Module):
         return self.block(**inputs).float().square().mean()
 
 
-def make_step(model, inputs, train: bool):
-    hf = "input_ids" in inputs
+def make_step(model, inputs, train: bool, labels=None):
+    """The block's inference call or training step; ``labels``: a transformers model's targets where the inputs
+    are embeddings (else its input_ids)."""
+    hf = "input_ids" in inputs or "inputs_embeds" in inputs
 
     def infer():
         with torch.no_grad():
@@ -79,7 +81,10 @@ def make_step(model, inputs, train: bool):
             p.grad = None
         # the loss inside the compiled model for both kinds (transformers computes it from labels), so that no
         # compiler's step carries an eager loss pass
-        loss = model(**inputs, labels=inputs["input_ids"]).loss if hf else model(**inputs)
+        if hf:
+            loss = model(**inputs, labels=inputs["input_ids"] if labels is None else labels).loss
+        else:
+            loss = model(**inputs)
         loss.backward()
         return loss.detach()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Callable, Optional
 
@@ -49,6 +50,16 @@ def _gelu_tanh(z):
     return F.gelu(z, approximate="tanh")
 
 
+def _gelu_new(z):
+    """transformers' NewGELUActivation (GPT-2, GPT-J, CodeGen): the tanh approximation written out."""
+    return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * torch.pow(z, 3.0))))
+
+
+def _gelu_fast(z):
+    """transformers' FastGELUActivation: the same approximation, its constant rounded to 10 digits."""
+    return 0.5 * z * (1.0 + torch.tanh(z * 0.7978845608 * (1.0 + 0.044715 * z * z)))
+
+
 def _silu(z):
     return F.silu(z)
 
@@ -61,12 +72,14 @@ def _relu2(z):
     return F.relu(z) ** 2
 
 
-ACTIVATION_FORMS = {"gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": _silu, "relu": _relu, "relu2": _relu2}
-GATED_FORMS = {
-    "silu_mul": lambda gate, up: F.silu(gate) * up,
-    "gelu_mul": lambda gate, up: F.gelu(gate) * up,
-    "gelu_tanh_mul": lambda gate, up: F.gelu(gate, approximate="tanh") * up,
-}
+# (epilogue activation, a form model code writes it in)
+ACTIVATION_FORMS = (("gelu", _gelu), ("gelu_tanh", _gelu_tanh), ("gelu_tanh", _gelu_new), ("gelu_tanh", _gelu_fast),
+                    ("silu", _silu), ("relu", _relu), ("relu2", _relu2))
+GATED_FORMS = (
+    ("silu_mul", lambda gate, up: F.silu(gate) * up),
+    ("gelu_mul", lambda gate, up: F.gelu(gate) * up),
+    ("gelu_tanh_mul", lambda gate, up: F.gelu(gate, approximate="tanh") * up),
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,7 +87,7 @@ def _activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
     """(name, gated, pattern), traced once per dtype class like the norm forms."""
     patterns, seen = [], set()
     for forms, gated in ((GATED_FORMS, True), (ACTIVATION_FORMS, False)):
-        for name, fn in forms.items():
+        for name, fn in forms:
             for dtype in TRACE_DTYPES.values():
                 args = [torch.empty(4, 16, dtype=dtype) for _ in range(2 if gated else 1)]  # distinct: not one input
                 pattern = _any_users(pm.gen_pattern(fn, args, pm.fwd_only))
@@ -226,10 +239,8 @@ def _plan_rewrites(consumers, ctx) -> list[_Rewrite]:
             if cg.n != cu.n or cg.weight_kn != cu.weight_kn or cg.scale != cu.scale or gate is up:
                 continue
             pair = [cg, cu]
-        elif name in ACTIVATION_FORMS:
-            pair = [c]
         else:
-            continue
+            pair = [c]
         rewrites.append(_Rewrite(pair, name, match.output_node(), [_model_shaped(p.node) for p in pair],
                                  frozenset(match.nodes)))
         used.update(p.node for p in pair)

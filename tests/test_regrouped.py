@@ -305,6 +305,24 @@ def test_folded_operands_opcheck():
     regrouped.clear_folded_weights()
 
 
+@pytest.mark.parametrize("activation", ["gelu_new", "gelu_fast", "gelu_pytorch_tanh"])
+def test_transformers_tanh_gelus_run_in_the_epilogue(activation):
+    """transformers' tanh-approximated GELUs (GPT-2's written-out formula, the rounded "fast" one, and F.gelu's
+    own) are matched as the consumer's epilogue activation; the output matches eager."""
+    activations = pytest.importorskip("transformers.activations")
+    torch.manual_seed(5)
+    model = Tower().to(DEVICE).eval()
+    model.act = activations.ACT2FN[activation]
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+        assert rel(out, model(x)) < 1e-5
+    sites = nfi.reports()
+    assert sites and "activation gelu_tanh in the epilogue" in sites[0].reason, [s.line() for s in sites]
+
+
 def test_normalized_tensor_read_elsewhere_is_left_unfused():
     """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
     of a matmul output could) stays unfused, with that reason."""

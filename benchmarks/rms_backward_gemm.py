@@ -1,14 +1,13 @@
-"""RMSNorm's backward on its consumer's dgrad (``norm_fusion::rms_backward_gemm``, variant B of
+"""RMSNorm's backward on its consumer's dgrad (``norm_fusion::rms_backward_gemm``, variant C of
 docs/design_notes/regrouped_backward.md) against what a training graph runs today: the dgrad on cuBLAS, then the
 norm's backward as Inductor fuses it (torch.compile default and max-autotune of the same function). Side by side
 in one process (do_bench medians, interleaved), bf16 on the GPU, with each result's error against float64.
 
     python benchmarks/rms_backward_gemm.py [--only 262144x1024x256 ...] [--json out.json]
 
-`fused_deferred`: variant C, the same op given c̄ = Σ_j dz_j·(z_j − b_j)/N (precomputed here, not timed: in a
-training graph it is a row sum over the tensors the activation's backward already reads and writes, which
-Inductor can fuse there; where no such kernel exists, e.g. q/k/v, it would cost a pass over dz and z), on the
-usual 128-row tiles at any width.
+`fused`: the op given c̄ = Σ_j dz_j·(z_j − b_j)/N (precomputed here, not timed: in a training graph it is a row
+sum over the tensors the activation's backward already reads and writes, which Inductor can fuse there; where no
+such kernel exists, e.g. q/k/v, it would cost a pass over dz and z), on the usual 128-row tiles at any width.
 
 Shapes are M×F×N: dz [M, F] (the consumer's output gradient), W [F, N] (nn.Linear's weight), x, dR, dx [M, N].
 Speed-of-light: max(2MFN / 790 TFLOP/s, bytes / 4.3 TB/s), bytes = dz + W + x + dR + dx once each (blocks.py's
@@ -83,11 +82,8 @@ def main() -> int:
             "cublas_dgrad_only": lambda: torch.mm(dz, w),
             "default": torch.compile(unfused, dynamic=False),
             "max-autotune": torch.compile(unfused, dynamic=False, mode="max-autotune-no-cudagraphs"),
-            "fused": lambda *a: regrouped.rms_backward_gemm(*a, True),
-            "fused_deferred": lambda *a: regrouped.rms_backward_gemm(*a, True, row_mean),
+            "fused": lambda *a: regrouped.rms_backward_gemm(*a, True, row_mean),
         }
-        if N > eg.NORM_BACKWARD_MAX_N:  # whole rows do not fit a tile: the op would time its torch reference
-            del fns["fused"]
         calls = {n: functools.partial(f, *inputs) if n != "cublas_dgrad_only" else f for n, f in fns.items()}
         ref = reference64(*inputs)
         errors = {}

@@ -19,10 +19,10 @@ autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 
 The backward regroups the same way (docs/design_notes/regrouped_backward.md). For a pre-norm RMSNorm
 n = x·rstd·γ read by one linear (z = n Wᵀ): dn = dz W is that linear's dgrad, and its epilogue finishes the norm's
-backward, ``torch.ops.norm_fusion.rms_backward_gemm(dz, w, x, rstd, gamma, dresidual, w_kn, row_mean=None)
--> (dx, dγ)``:  g = dn·γ,  dx = rstd·(g − x̂·c̄) + dR,  c̄ = mean(g·x̂),  dγ = Σ_m dn·x̂ (fp32). Without
-``row_mean`` the epilogue takes c̄ from whole rows (width ≤ 256); with it (variant C: c̄ = Σ_j dz_j·(z_j − b_j)/N
-from the consumer's saved pre-activation z) the epilogue is elementwise, any width.
+backward, ``torch.ops.norm_fusion.rms_backward_gemm(dz, w, x, rstd, gamma, dresidual, w_kn, row_mean)
+-> (dx, dγ)``:  g = dn·γ,  dx = rstd·(g − x̂·c̄) + dR,  c̄ = mean(g·x̂) given as ``row_mean`` (variant C:
+c̄ = Σ_j dz_j·(z_j − b_j)/N from the consumer's saved pre-activation z),  dγ = Σ_m dn·x̂ (fp32); the epilogue is
+elementwise, any width. Not wired into a rewrite: on the Triton mainloop it ran 0.82–0.85× of cuBLAS + Inductor.
 """
 
 from __future__ import annotations
@@ -152,9 +152,8 @@ def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, st
 
 @torch.library.custom_op("norm_fusion::rms_backward_gemm", mutates_args=(), tags=STREAM_INPUT_TAGS)
 def rms_backward_gemm(dz: Tensor, w: Tensor, x: Tensor, rstd: Tensor, gamma: Tensor, dresidual: Optional[Tensor],
-                      w_kn: bool, row_mean: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    epilogue = kernel.Epilogue(residual=dresidual is not None,
-                               norm_backward="rms" if row_mean is None else "rms_deferred")
+                      w_kn: bool, row_mean: Tensor) -> tuple[Tensor, Tensor]:
+    epilogue = kernel.Epilogue(residual=dresidual is not None, norm_backward="rms")
     dz, w, _, reason = prepare(dz, w, None, w_kn, epilogue)
     if reason is None:
         reason = next((f"{name} is not a contiguous [M, N] tensor with 16-byte aligned rows"
@@ -165,22 +164,21 @@ def rms_backward_gemm(dz: Tensor, w: Tensor, x: Tensor, rstd: Tensor, gamma: Ten
         _warn_once(f"rms_backward_gemm runs its torch reference: {reason}")
         return rms_backward_reference(dz, w, x, rstd, gamma, dresidual, w_kn, row_mean)
     dx, colpart = kernel.norm_backward_gemm(dz, w, x, rstd.float().contiguous(), gamma.contiguous(), dresidual,
-                                            row_mean.float().contiguous() if row_mean is not None else None,
-                                            w_kn=w_kn)
+                                            row_mean.float().contiguous(), w_kn=w_kn)
     return dx, colpart.sum(0)
 
 
 @rms_backward_gemm.register_fake
-def _(dz, w, x, rstd, gamma, dresidual, w_kn, row_mean=None):
+def _(dz, w, x, rstd, gamma, dresidual, w_kn, row_mean):
     return torch.empty_like(x), x.new_empty(x.shape[1], dtype=torch.float32)
 
 
-def rms_backward_reference(dz, w, x, rstd, gamma, dresidual, w_kn: bool, row_mean=None):
+def rms_backward_reference(dz, w, x, rstd, gamma, dresidual, w_kn: bool, row_mean):
     """rms_backward_gemm's math in torch ops (fp32)."""
     dn = dz.float() @ (w.float() if w_kn else w.float().t())  # w [F, N] (w_kn, nn.Linear's) or [N, F]
     x_hat = x.float() * rstd.float()[:, None]
     g = dn * gamma.float()
-    c = (g * x_hat).mean(-1, keepdim=True) if row_mean is None else row_mean.float()[:, None]
+    c = row_mean.float()[:, None]
     dx = rstd.float()[:, None] * (g - x_hat * c)
     if dresidual is not None:
         dx = dx + dresidual.float()

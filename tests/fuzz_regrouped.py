@@ -140,7 +140,7 @@ def _drawn_config(case: dict):
     """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case; like the tuner it
     passes over a config that does not compile or fit in shared memory (the next one is tried)."""
     def pick(a, w, w_kn, epilogue, run):
-        configs = eg._configs(a, epilogue, w.shape[1 if w_kn else 0])
+        configs = eg._configs(a, epilogue)
         first = case["config"] % len(configs)
         errors = []
         for cfg in configs[first:] + configs[:first]:

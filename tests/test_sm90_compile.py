@@ -391,16 +391,10 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(bias=True, residual=True, stats=kind, residual_norm=kind),
                   partials=_empty(2 if kind == "ln" else 1, N // 128, M, dtype=torch.float32),
                   residual_norm=eg.ResidualNorm(rows, shift, cols, bias))
-    # the RMSNorm backward on the dgrad: every config, whole rows of 256 (128 for the BLOCK_N 128 ones), with dR
-    for cfg in eg.NORM_BACKWARD_CONFIGS:
-        width = cfg["BLOCK_N"]
-        eg.launch(cfg, _empty(M, N), _empty(N, width), _empty(M, width), w_kn=True, residual=_empty(M, width),
-                  epilogue=eg.Epilogue(residual=True, norm_backward="rms"), scale=rows, x=_empty(M, width),
-                  gamma=_empty(width), colpart=_empty(M // 64, width, dtype=torch.float32))
-    # its deferred variant (c̄ given) on every config it runs with, at a width of several tiles
-    for cfg in eg.deferred_configs():
+    # the RMSNorm backward on the dgrad (c̄ given) on every config it runs with, at a width of several tiles, with dR
+    for cfg in eg.norm_backward_configs():
         eg.launch(cfg, _empty(M, N), _empty(N, K), _empty(M, K), w_kn=True, residual=_empty(M, K), scale=rows,
-                  shift=rows, epilogue=eg.Epilogue(residual=True, norm_backward="rms_deferred"), x=_empty(M, K),
+                  shift=rows, epilogue=eg.Epilogue(residual=True, norm_backward="rms"), x=_empty(M, K),
                   gamma=_empty(K), colpart=_empty(M // 128, K, dtype=torch.float32))
 
 

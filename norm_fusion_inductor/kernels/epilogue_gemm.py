@@ -22,15 +22,14 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``ACTIVATION`` — none, relu, gelu (erf), gelu_tanh, silu, relu² on z; or a gated one (``GATED``): w holds the
   gate and up rows interleaved (row 2j gate j, 2j+1 up j) and out[:, j] = act(z[:, 2j]) · z[:, 2j+1], N/2 wide.
 * ``NORM_BACKWARD`` — the regrouped backward of a pre-norm RMSNorm whose consumer is this GEMM's B operand
-  (docs/design_notes/regrouped_backward.md). 1 (variant B): a = dz, w = the consumer's unfolded weight, so
+  (docs/design_notes/regrouped_backward.md, variant C): a = dz, w = the consumer's unfolded weight, so
   acc = dn = dz·W, the gradient reaching the normalized tensor n = x̂·γ, x̂ = x·rstd. With the saved stream x
-  (a tile load beside the residual's) and rstd (``scale``), and the whole row in the tile (BLOCK_N ≥ N):
-  g = dn·γ,  dx = rstd·(g − x̂·Σ_n(g·x̂)/N),  then + residual (the stream's own gradient dR) stored once;
-  and per row block the column partials Σ_m dn·x̂ of dγ to ``colpart`` [cdiv(M, BLOCK_M), N] (fp32, one writer
-  per element, summed in a fixed order by the host: deterministic). 2 (variant C, the deferred correction):
-  the row mean c̄ = Σ_n(g·x̂)/N is given (``shift``; it equals Σ_j dz_j·(z_j − b_j)/N over the consumer's own
-  pre-activation z, a row sum the dz producer can fuse), so the epilogue is elementwise and runs on the normal
-  tiles at any width.
+  (a tile load beside the residual's), rstd (``scale``) and the row mean c̄ = Σ_n(g·x̂)/N given (``shift``; it
+  equals Σ_j dz_j·(z_j − b_j)/N over the consumer's own pre-activation z, a row sum the dz producer can fuse):
+  g = dn·γ,  dx = rstd·(g − x̂·c̄),  then + residual (the stream's own gradient dR) stored once; and per row
+  block the column partials Σ_m dn·x̂ of dγ to ``colpart`` [cdiv(M, BLOCK_M), N] (fp32, one writer per element,
+  summed in a fixed order by the host: deterministic). Elementwise, so it runs on the normal tiles at any width.
+  (Variant B, c̄ from whole rows in one tile, ran slower and was removed; git history has it.)
 
 The mainloop is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs walking output
 tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
@@ -51,7 +50,7 @@ from .common import tile_coords
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
 GATED = ("silu_mul", "gelu_mul", "gelu_tanh_mul")  # act(gate) · up
 STATS = {"none": 0, "rms": 1, "ln": 2}
-NORM_BACKWARDS = ("none", "rms", "rms_deferred")  # the kernel's NORM_BACKWARD is the index
+NORM_BACKWARDS = ("none", "rms")  # the kernel's NORM_BACKWARD is the index
 
 
 @triton.jit
@@ -145,19 +144,14 @@ def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, 
 
 
 @triton.jit
-def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m, offs_n, pid_m, M, N,
-                  MEAN_GIVEN: tl.constexpr):
-    """dx = rstd·(g − x̂·c̄), g = dn·γ, x̂ = x·rstd, c̄ = Σ_n(g·x̂)/N — from this tile when it spans the row, or
-    read from row_mean_ptr (MEAN_GIVEN); stores this row block's dγ partials Σ_m dn·x̂. Out-of-range rows and
-    columns of dn and x are zero (TMA), so they add nothing."""
+def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m, offs_n, pid_m, M, N):
+    """dx = rstd·(g − x̂·c̄), g = dn·γ, x̂ = x·rstd, c̄ = Σ_n(g·x̂)/N read from row_mean_ptr; stores this row
+    block's dγ partials Σ_m dn·x̂. Out-of-range rows and columns of dn and x are zero (TMA), so they add nothing."""
     rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0)
     x_hat = x * rstd[:, None]
     tl.store(colpart_ptr + pid_m * N + offs_n, tl.sum(dn * x_hat, axis=0), mask=offs_n < N)
     g = dn * tl.load(gamma_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    if MEAN_GIVEN:
-        c = tl.load(row_mean_ptr + offs_m, mask=offs_m < M, other=0.0)
-    else:
-        c = tl.sum(g * x_hat, axis=1) / N
+    c = tl.load(row_mean_ptr + offs_m, mask=offs_m < M, other=0.0)
     return (g - x_hat * c[:, None]) * rstd[:, None]
 
 
@@ -173,7 +167,7 @@ def epilogue_gemm_kernel(
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
-    NORM_BACKWARD: tl.constexpr,  # 0 none, RMSNorm's backward on the dgrad: 1 whole rows (BLOCK_N ≥ N), 2 c̄ given
+    NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (c̄ given)
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
@@ -229,7 +223,7 @@ def epilogue_gemm_kernel(
         offs_n = off_n + tl.arange(0, BLOCK_N)
         if NORM_BACKWARD != 0:
             acc = _rms_backward(acc, x_tile.to(tl.float32), scale_ptr, gamma_ptr, colpart_ptr, shift_ptr, offs_m,
-                                offs_n, pid_m, M, N, NORM_BACKWARD == 2)
+                                offs_n, pid_m, M, N)
         if ROW_NORM != 0:
             acc = _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, ROW_NORM == 2)
         if HAS_BIAS:
@@ -265,7 +259,7 @@ class Epilogue:
     activation: str = "none"  # ACTIVATIONS or GATED
     write_aux: bool = False
     stats: str = "none"  # "none" | "rms" | "ln"
-    norm_backward: str = "none"  # "none" | "rms" | "rms_deferred": the pre-norm's backward on its consumer's dgrad
+    norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -319,18 +313,10 @@ GPU_CONFIGS = [
         (64, 256, 64, 3, 8, False, 2),
     ]
 ]
-# The norm's backward holds whole rows (BLOCK_N ≥ N ≤ 256) and two more tiles (x, dR): 64-row tiles keep the
-# accumulator and those in registers; BLOCK_M is fixed because it sizes the dγ partials (the fake op's output).
-# The deferred variant runs on the 128×128, 8-warp tiles (BLOCK_M fixed at 128 for the same reason): with the
-# x and dR tiles the 128×256 and the 4-warp configs spill 0.8–15 KB (ptxas, tests/test_sm90_compile.py).
-NORM_BACKWARD_BLOCK_M = 64
-DEFERRED_BLOCK_M = 128
-NORM_BACKWARD_MAX_N = 256
-NORM_BACKWARD_CONFIGS = [
-    dict(BLOCK_M=NORM_BACKWARD_BLOCK_M, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=False,
-         WARP_SPECIALIZE=False, CTAS_PER_SM=c)
-    for (bn, s, w, c) in [(256, 3, 8, 1), (256, 4, 8, 1), (128, 4, 4, 1), (128, 3, 4, 2)]
-]
+# The norm's backward runs on the 128×128, 8-warp tiles: with its x and dR tiles the 128×256 and the 4-warp
+# configs spill 0.8–15 KB (ptxas, tests/test_sm90_compile.py). BLOCK_M is fixed because it sizes the dγ
+# partials (the fake op's output).
+NORM_BACKWARD_BLOCK_M = 128
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1, FLATTEN=False,
                           WARP_SPECIALIZE=False, CTAS_PER_SM=1)
 
@@ -367,36 +353,25 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"N={N}: output rows are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
-    if epilogue.norm_backward == "rms" and N > NORM_BACKWARD_MAX_N:
-        return (f"the norm's backward holds whole rows in one tile: width {N} > {NORM_BACKWARD_MAX_N} "
-                f"(wider rows need the row mean c̄ given: the deferred variant)")
     return None
 
 
-def deferred_configs() -> list[dict]:
-    return [c for c in GPU_CONFIGS if (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) == (DEFERRED_BLOCK_M, 128, 8)]
+def norm_backward_configs() -> list[dict]:
+    return [c for c in GPU_CONFIGS
+            if (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) == (NORM_BACKWARD_BLOCK_M, 128, 8)]
 
 
-def norm_backward_block_m(device: torch.device, deferred: bool = False) -> int:
+def norm_backward_block_m(device: torch.device) -> int:
     """Rows per dγ partial of the norm's backward: the BLOCK_M of every config it runs with."""
-    if device.type != "cuda":
-        return INTERPRETER_CONFIG["BLOCK_M"]
-    return DEFERRED_BLOCK_M if deferred else NORM_BACKWARD_BLOCK_M
+    return NORM_BACKWARD_BLOCK_M if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_M"]
 
 
-def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
-    if epilogue.norm_backward == "rms_deferred":
-        if not a.is_cuda:
-            return [INTERPRETER_CONFIG]
-        configs = deferred_configs()
-        return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
-    if epilogue.norm_backward == "rms":
-        if not a.is_cuda:  # whole rows in one tile
-            return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], triton.next_power_of_2(N)))]
-        configs = [c for c in NORM_BACKWARD_CONFIGS if c["BLOCK_N"] >= N]
-        return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
+def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
     if not a.is_cuda:
         return [INTERPRETER_CONFIG]
+    if epilogue.norm_backward != "none":
+        configs = norm_backward_configs()
+        return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
     configs = GPU_CONFIGS
     if a.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
         configs = [dict(c, BLOCK_K=32) for c in configs]
@@ -460,7 +435,7 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     """The fastest block config for this shape bucket and epilogue, timed once per process (``run(cfg)`` launches
     one config); the interpreter has one config."""
     N = w.shape[1 if w_kn else 0]
-    configs = _configs(a, epilogue, N)
+    configs = _configs(a, epilogue)
     if len(configs) == 1:
         return configs[0]
     key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
@@ -517,18 +492,17 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
 
 
 def norm_backward_gemm(dz: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
-                       dresidual: torch.Tensor | None = None, row_mean: torch.Tensor | None = None, *,
-                       w_kn: bool = True, config: dict | None = None):
+                       dresidual: torch.Tensor | None, row_mean: torch.Tensor, *, w_kn: bool = True,
+                       config: dict | None = None):
     """(dx, dγ partials) of RMSNorm's backward on its consumer's dgrad (module doc, ``NORM_BACKWARD``).
     dz [M, F] (the consumer's output gradient), w its weight [F, N] (``w_kn``, as nn.Linear stores it: the
     dgrad's B) or [N, F], x [M, N] the saved stream, rstd [M] fp32, γ [N]; dresidual [M, N] is added to dx;
-    row_mean [M] fp32, c̄ = Σ_n(g·x̂)/N, makes it the deferred variant (any width), else rows must fit one tile.
+    row_mean [M] fp32, c̄ = Σ_n(g·x̂)/N.
     dx [M, N] in x's dtype; dγ partials [cdiv(M, norm_backward_block_m), N] fp32 (dγ = their sum over rows)."""
     M, N = x.shape
-    deferred = row_mean is not None
-    epilogue = Epilogue(residual=dresidual is not None, norm_backward="rms_deferred" if deferred else "rms")
+    epilogue = Epilogue(residual=dresidual is not None, norm_backward="rms")
     dx = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    colpart = torch.empty(triton.cdiv(M, norm_backward_block_m(x.device, deferred)), N, device=x.device,
+    colpart = torch.empty(triton.cdiv(M, norm_backward_block_m(x.device)), N, device=x.device,
                           dtype=torch.float32)
     if M == 0:
         return dx, colpart

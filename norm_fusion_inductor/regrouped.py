@@ -11,11 +11,14 @@ form; the normalized tensor is never written, and the GEMM that produced z never
 
 ``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
 stats, w_kn, residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
-residual_bias=None, backend="triton") -> (out, aux, partials)``: the Triton kernel ``kernels.epilogue_gemm`` where
+residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None)
+-> (out, aux, partials)``: the Triton kernel ``kernels.epilogue_gemm`` where
 it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Quack's CuTe-DSL GEMM
 (``kernels.quack_epilogue_gemm``) where it is installed and takes the epilogue; else the next of those, and the
-same math in torch ops last, with the reason logged once. No autograd: the pass inserts it into joint graphs after
-autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
+same math in torch ops last, with the reason logged once. ``head_dim`` adds a per-head RMSNorm of the output
+(QK-norm: weight ``head_weight``, ``head_eps``) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
+rotate-half rotary embedding after it — for a q/k projection (Triton kernel only). No autograd: the pass inserts
+it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 
 The backward regroups the same way (docs/design_notes/regrouped_backward.md). For a pre-norm RMSNorm
 n = x·rstd·γ read by one linear (z = n Wᵀ): dn = dz W is that linear's dgrad, and its epilogue finishes the norm's
@@ -41,9 +44,11 @@ from .ops import STREAM_INPUT_TAGS
 from .report import log
 
 
-def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm) -> kernel.Epilogue:
+def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm, head_dim=0,
+              rope=False) -> kernel.Epilogue:
     return kernel.Epilogue(row_norm=row_norm, bias=has_bias, residual=has_residual, activation=activation,
-                           write_aux=write_aux, stats=stats, residual_norm=residual_norm)
+                           write_aux=write_aux, stats=stats, residual_norm=residual_norm, head_dim=head_dim,
+                           rope=rope)
 
 
 @torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=(), tags=STREAM_INPUT_TAGS)
@@ -51,17 +56,23 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
                   shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
                   stats: str, w_kn: bool, residual_norm: str = "none", residual_scale: Optional[Tensor] = None,
                   residual_shift: Optional[Tensor] = None, residual_weight: Optional[Tensor] = None,
-                  residual_bias: Optional[Tensor] = None, backend: str = "triton") -> tuple[Tensor, Tensor, Tensor]:
+                  residual_bias: Optional[Tensor] = None, backend: str = "triton", head_dim: int = 0,
+                  head_weight: Optional[Tensor] = None, head_eps: float = 0.0, rope_cos: Optional[Tensor] = None,
+                  rope_sin: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
-                         residual_norm)
+                         residual_norm, head_dim, rope_cos is not None)
     res_norm = None
     if residual_norm != "none":
         res_norm = kernel.ResidualNorm(*(t.contiguous() if t is not None else None for t in (
             residual_scale, residual_shift, residual_weight, residual_bias)))
+    head_norm = None
+    if head_dim:
+        head_norm = kernel.HeadNorm(head_weight.contiguous(), head_eps, *(
+            t.contiguous() if t is not None else None for t in (rope_cos, rope_sin)))
     a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
     if reason is not None:
         _warn_once(f"runs its torch reference: {reason}")
-        return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn, res_norm)
+        return reference(a, w, bias, residual, scale, shift, u, epilogue, w_kn, res_norm, head_norm)
     contig = [t.contiguous() if t is not None else None for t in (bias, scale, shift, u)]
     if backend == "quack":
         result = _on_quack(a, w, residual, *contig, epilogue, w_kn)
@@ -70,7 +81,8 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
     elif backend != "triton":
         raise ValueError(f"epilogue_gemm backend must be 'triton' or 'quack', got {backend!r}")
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
-                                scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm)
+                                scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm,
+                                head_norm=head_norm)
 
 
 # (epilogue, a's shape, w's shape, dtype, w_kn) -> why Quack failed there; not tried again in this process
@@ -137,7 +149,8 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 
 @epilogue_gemm.register_fake
 def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
-      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton"):
+      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton",
+      head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED
@@ -197,7 +210,7 @@ _ACTIVATIONS = {
 
 
 def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, w_kn: bool,
-              residual_norm: Optional[kernel.ResidualNorm] = None):
+              residual_norm: Optional[kernel.ResidualNorm] = None, head_norm: Optional[kernel.HeadNorm] = None):
     """The op's math in torch ops (fp32 epilogue), for devices and layouts the kernel does not take."""
     acc = a.float() @ (w.float() if w_kn else w.float().t())
     if epilogue.row_norm != "none":
@@ -206,6 +219,8 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
         acc = acc - shift.float()[:, None] * u.float()[None, :]
     if bias is not None:
         acc = acc + bias.float()
+    if head_norm is not None:
+        acc = per_head_norm(acc, epilogue.head_dim, head_norm)
     if residual is not None:
         acc = acc + normalized_residual(residual, residual_norm)
     z = acc.to(a.dtype)
@@ -228,6 +243,18 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
             d = torch.where(valid, zf - (total / count.clamp(min=1))[..., None], 0.0)
             partials = torch.stack([total.t(), (d * d).sum(-1).t()]).contiguous()
     return out, z if epilogue.write_aux else a.new_empty(0), partials
+
+
+def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm) -> Tensor:
+    """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm, then (cos and sin given) rotate-half RoPE."""
+    M, N = z.shape
+    z = z.view(M, N // head_dim, head_dim)
+    z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + norm.eps) * norm.weight.float()
+    if norm.cos is not None:
+        half = head_dim // 2
+        rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
+        z = z * norm.cos.float()[:, None, :] + rotated * norm.sin.float()[:, None, :]
+    return z.reshape(M, N)
 
 
 def normalized_residual(residual: Tensor, norm: Optional[kernel.ResidualNorm]) -> Tensor:

@@ -89,6 +89,58 @@ def test_epilogue_gemm_matches_float64(epilogue, dtype, w_kn):
                 assert rel(mean, zs.mean(-1)) < 1e-5
 
 
+def _rotary_tables(positions, head_dim, device):
+    """cos, sin [len(positions), head_dim] as transformers' rotary embedding makes them (the halves repeated)."""
+    inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    freqs = positions.double()[:, None] * inv[None, :]
+    emb = torch.cat([freqs, freqs], -1)
+    return emb.cos().to(device), emb.sin().to(device)
+
+
+HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 2, 16), (20, 40, 3, 32)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rope", [True, False], ids=["rope", "no_rope"])
+def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope):
+    """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
+    RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
+    against the same math in float64 on the op's operands."""
+    for M, K, heads, head_dim in HEAD_SHAPES:
+        torch.manual_seed(M + heads)
+        N = heads * head_dim
+        a = (torch.randn(M, K) * 2 + 0.5).to(DEVICE, dtype)
+        w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
+        rstd = torch.rand(M, device=DEVICE) + 0.5
+        head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype)
+        cos, sin = _rotary_tables(torch.arange(M) % 29, head_dim, DEVICE) if rope else (None, None)
+        cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
+        epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope)
+        assert eg.unsupported_reason(a, w, False, epilogue) is None
+        out = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", False, "none", False,
+                                      head_dim=head_dim, head_weight=head_weight, head_eps=1e-6, rope_cos=cos,
+                                      rope_sin=sin)[0]
+        z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
+        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + 1e-6) * head_weight.double()
+        if rope:
+            half = head_dim // 2
+            rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
+            z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
+        assert not out.isnan().any(), "an output element was not written"
+        assert rel(out, z.reshape(M, N)) < tol(dtype), (M, K, heads, head_dim, rel(out, z.reshape(M, N)))
+
+
+def test_per_head_norm_is_checked():
+    """Bad combinations name the cause: a head_dim that is not a power of two, RoPE without the norm, a width
+    that is not whole heads."""
+    with pytest.raises(ValueError, match="power of two"):
+        eg.Epilogue(head_dim=48)
+    with pytest.raises(ValueError, match="rope needs head_dim"):
+        eg.Epilogue(rope=True)
+    a, w = torch.randn(8, 32, device=DEVICE), torch.randn(40, 32, device=DEVICE)
+    assert "whole heads" in eg.unsupported_reason(a, w, False, eg.Epilogue(head_dim=16))
+
+
 @pytest.mark.parametrize("shift", [100.0, 1000.0])
 def test_layer_norm_statistics_do_not_cancel(shift):
     """Rows with |μ| ≫ σ: the segment-centred partials keep the variance to fp32 rounding."""
@@ -414,6 +466,18 @@ def test_opcheck(epilogue):
             vec(N) if epilogue.row_norm == "ln" else None, epilogue.row_norm, epilogue.activation,
             epilogue.write_aux, epilogue.stats, False)
     torch.library.opcheck(torch.ops.norm_fusion.epilogue_gemm.default, args)
+
+
+def test_opcheck_per_head_norm():
+    M, K, N, D = 24, 32, 64, 16
+    a = torch.randn(M, K, device=DEVICE, dtype=DTYPES[0])
+    w = torch.randn(N, K, device=DEVICE, dtype=DTYPES[0])
+    cos, sin = (t.to(DTYPES[0]) for t in _rotary_tables(torch.arange(M), D, DEVICE))
+    torch.library.opcheck(torch.ops.norm_fusion.epilogue_gemm.default,
+                          (a, w, None, None, torch.rand(M, device=DEVICE) + 0.5, None, None, "rms", "none", False,
+                           "none", False),
+                          dict(head_dim=D, head_weight=torch.rand(D, device=DEVICE, dtype=DTYPES[0]), head_eps=1e-6,
+                               rope_cos=cos, rope_sin=sin))
 
 
 def test_fuzzed_cases_match_float64():

@@ -391,6 +391,12 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(bias=True, residual=True, stats=kind, residual_norm=kind),
                   partials=_empty(2 if kind == "ln" else 1, N // 128, M, dtype=torch.float32),
                   residual_norm=eg.ResidualNorm(rows, shift, cols, bias))
+    # the per-head norm + RoPE of a q/k projection (QK-norm in the epilogue) on every config, heads of 128 and 64
+    for cfg in eg.GPU_CONFIGS:
+        for head_dim in (128, 64):
+            tables = _empty(M, head_dim)
+            eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True),
+                      scale=rows, head_norm=eg.HeadNorm(_empty(head_dim), 1e-6, tables, tables))
     # the RMSNorm backward on the dgrad (c̄ given) on every config it runs with, at a width of several tiles, with dR
     for cfg in eg.norm_backward_configs():
         eg.launch(cfg, _empty(M, N), _empty(N, K), _empty(M, K), w_kn=True, residual=_empty(M, K), scale=rows,

@@ -10,6 +10,10 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   with u the column sums of the folded w (the mean enters through them; module ``regrouped`` in ops has the
   algebra: LN(x) Wᵀ + b = rstd·(x (Wγ)ᵀ) − rstd·μ·u + (Wβ + b)).
 * ``HAS_BIAS`` — a per-column vector (the linear's bias, or v = Wβ + b).
+* ``HEAD_DIM`` — a per-head RMSNorm of the projection's output (QK-norm: q and k of Qwen3-style attention), each
+  head being HEAD_DIM consecutive columns (a BLOCK_N tile holds whole heads): z = z·rsqrt(mean_head(z²) + eps)·w[d];
+  with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
+  (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m).
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
@@ -69,6 +73,31 @@ def _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, CENTER: tl
 def _add_columns(acc, vec_ptr, offs_n, N):
     v = tl.load(vec_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
     return acc + v[None, :]
+
+
+@triton.jit
+def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr):
+    """The first and second half of each head: [BLOCK_M, G, D] → two [BLOCK_M, G, D/2]."""
+    return tl.split(tl.permute(tl.reshape(z, (BLOCK_M, G, 2, D // 2)), (0, 1, 3, 2)))
+
+
+@triton.jit
+def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, ROPE: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d]; with ROPE then z·cos + rotate_half(z)·sin."""
+    G: tl.constexpr = BLOCK_N // D
+    z = tl.reshape(z, (BLOCK_M, G, D))
+    z = z * tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)[:, :, None]
+    d = tl.arange(0, D)
+    z = z * tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
+    if ROPE:
+        rows = offs_m[:, None] * D + d[None, :]
+        inside = (offs_m < M)[:, None]
+        cos1, cos2 = _head_halves(tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D)
+        sin1, sin2 = _head_halves(tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D)
+        x1, x2 = _head_halves(z, BLOCK_M, G, D)
+        z = tl.permute(tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2), (0, 1, 3, 2))
+    return tl.reshape(z, (BLOCK_M, BLOCK_N))
 
 
 @triton.jit
@@ -159,9 +188,12 @@ def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m,
 def epilogue_gemm_kernel(
     a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
     res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, x_ptr, gamma_ptr, colpart_ptr,
+    head_weight_ptr, cos_ptr, sin_ptr, head_eps,
     M, N, K, stride_am, stride_wn, stride_om, stride_rm, stride_xm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
+    HEAD_DIM: tl.constexpr,  # 0 none, else a per-head RMSNorm over each HEAD_DIM columns
+    ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
@@ -228,6 +260,9 @@ def epilogue_gemm_kernel(
             acc = _row_norm(acc, scale_ptr, shift_ptr, u_ptr, offs_m, offs_n, M, N, ROW_NORM == 2)
         if HAS_BIAS:
             acc = _add_columns(acc, bias_ptr, offs_n, N)
+        if HEAD_DIM != 0:
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, head_eps, offs_m, M, ROPE, BLOCK_M, BLOCK_N,
+                             HEAD_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
             if RESIDUAL_NORM != 0:
@@ -260,6 +295,8 @@ class Epilogue:
     write_aux: bool = False
     stats: str = "none"  # "none" | "rms" | "ln"
     norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
+    head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
+    rope: bool = False  # the rotary embedding after the per-head norm
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -278,8 +315,14 @@ class Epilogue:
             raise ValueError(f"epilogue norm_backward must be one of {NORM_BACKWARDS}, got {self.norm_backward!r}")
         if self.norm_backward != "none" and (self.row_norm != "none" or self.bias or self.residual_norm != "none"
                                              or self.activation != "none" or self.write_aux
-                                             or self.stats != "none"):
+                                             or self.stats != "none" or self.head_dim):
             raise ValueError("the norm's backward takes a plain residual (dR) only: no other epilogue piece")
+        if self.head_dim and (self.head_dim & (self.head_dim - 1) or self.head_dim < 2):
+            raise ValueError(f"epilogue head_dim must be a power of two, got {self.head_dim}")
+        if self.rope and not self.head_dim:
+            raise ValueError("the rotary embedding follows the per-head norm: rope needs head_dim")
+        if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
+            raise ValueError("a per-head norm (QK-norm) takes no residual, statistics or activation after it")
 
     @property
     def gated(self) -> bool:
@@ -353,6 +396,8 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"N={N}: output rows are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
+    if epilogue.head_dim and (N % epilogue.head_dim or epilogue.head_dim > 256):
+        return f"a per-head norm needs whole heads of at most 256 in a tile: N={N}, head_dim={epilogue.head_dim}"
     return None
 
 
@@ -367,8 +412,8 @@ def norm_backward_block_m(device: torch.device) -> int:
 
 
 def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
-    if not a.is_cuda:
-        return [INTERPRETER_CONFIG]
+    if not a.is_cuda:  # whole heads in a tile
+        return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], epilogue.head_dim))]
     if epilogue.norm_backward != "none":
         configs = norm_backward_configs()
         return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
@@ -377,6 +422,8 @@ def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
         configs = [dict(c, BLOCK_K=32) for c in configs]
     if epilogue.stats != "none":  # one statistics segment per tile
         return [c for c in configs if c["BLOCK_N"] == stats_width(a.device)]
+    if epilogue.head_dim:  # whole heads in a tile
+        return [c for c in configs if c["BLOCK_N"] % epilogue.head_dim == 0]
     return configs
 
 
@@ -391,9 +438,19 @@ class ResidualNorm:
     bias: torch.Tensor | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class HeadNorm:
+    """A per-head RMSNorm's weight [D] and eps, and the rotary tables cos, sin [M, D] (rows by token) or None."""
+
+    weight: torch.Tensor
+    eps: float
+    cos: torch.Tensor | None = None
+    sin: torch.Tensor | None = None
+
+
 def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
            scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None,
-           x=None, gamma=None, colpart=None) -> None:
+           x=None, gamma=None, colpart=None, head_norm: HeadNorm | None = None) -> None:
     """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None."""
     M, K = a.shape
     N = w.shape[1 if w_kn else 0]
@@ -415,10 +472,14 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
             (residual_norm.scale, residual_norm.shift, residual_norm.weight, residual_norm.bias)
             if residual_norm is not None else (None,) * 4)),
         *(t if t is not None else dummy for t in (x, gamma, colpart)),
+        *(t if t is not None else dummy for t in (
+            (head_norm.weight, head_norm.cos, head_norm.sin) if head_norm is not None else (None,) * 3)),
+        head_norm.eps if head_norm is not None else 0.0,
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
         x.stride(0) if x is not None else 0,
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-        WRITE_AUX=aux is not None, RESIDUAL_NORM=STATS[epilogue.residual_norm],
+        WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, ROPE=epilogue.rope,
+        RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
@@ -464,7 +525,7 @@ def tuned_configs() -> str:
 
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,
                   residual=None, bias=None, scale=None, shift=None, u=None, residual_norm: ResidualNorm | None = None,
-                  config: dict | None = None):
+                  head_norm: HeadNorm | None = None, config: dict | None = None):
     """(out, aux, partials) of the composed GEMM (module doc). a [M, K]; w [N, K] (or [K, N] with ``w_kn``);
     out [M, N] (or [M, N/2] gated) in a's dtype; aux [M, N] when ``epilogue.write_aux``; partials
     [1 or 2, num_segments(N), M] fp32 when ``epilogue.stats``; absent ones are empty tensors."""
@@ -482,7 +543,7 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
     if M == 0:
         return out, aux_out, partials_out
     tensors = dict(aux=aux, residual=residual, bias=bias, scale=scale, shift=shift, u=u, partials=partials,
-                   residual_norm=residual_norm)
+                   residual_norm=residual_norm, head_norm=head_norm)
 
     def run(cfg):
         launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, **tensors)

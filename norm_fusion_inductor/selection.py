@@ -670,11 +670,13 @@ class EpilogueSite:
     w_kn: bool
     saved_bytes: int
     residual_norm: str = "none"
+    head_dim: int = 0  # a per-head RMSNorm (QK-norm) in the epilogue
+    rope: bool = False  # and RoPE after it
 
 
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
-                         fold_bytes: int = 0) -> Choice:
+                         fold_bytes: int = 0, head_dim: int = 0, rope: bool = False) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -689,11 +691,13 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     elem = torch.empty((), dtype=dtype).element_size()
     out_bytes = M * N * elem
     if row_norm != "none":  # a consumer: the normalized tensor's write (its share), and the activation's trip
-        saved = norm_bytes + (2 * out_bytes if activation != "none" else 0) - (out_bytes if write_aux else 0)
+        # (or the per-head norm's and RoPE's: one pass reading and writing the output)
+        saved = (norm_bytes + (2 * out_bytes if activation != "none" or head_dim else 0)
+                 - (out_bytes if write_aux else 0))
     else:  # the producer: the GEMM output's write and read by the residual add (and the norm output's, when the
         saved = 2 * out_bytes * (2 if residual_norm != "none" else 1)  # residual is read normalized on load)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
-                        residual_norm)
+                        residual_norm, head_dim, rope)
     if config.policy == "never":
         return Choice(False, "unfused", "policy=never")
     if device.type != "cuda":
@@ -772,9 +776,17 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
     if site.residual_norm != "none":
         res_norm = (site.residual_norm, vec(M), vec(M) if site.residual_norm == "ln" else None, vec(N), vec(N))
 
+    head = {}
+    if site.head_dim:
+        D = site.head_dim
+        tables = (torch.rand(M, D, device=dev, dtype=dt), torch.rand(M, D, device=dev, dtype=dt)) if site.rope \
+            else (None, None)
+        head = dict(head_dim=D, head_weight=torch.rand(D, device=dev, dtype=dt) + 0.5, head_eps=1e-6,
+                    rope_cos=tables[0], rope_sin=tables[1])
+
     def on(backend):
         return lambda: regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats,
-                                               site.w_kn, *res_norm, backend=backend)
+                                               site.w_kn, *res_norm, backend=backend, **head)
 
     wt = w if site.w_kn else w.t()
     src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
@@ -804,7 +816,8 @@ def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:
     from .kernels import quack_epilogue_gemm as qg
 
     epilogue = eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
-                           write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm)
+                           write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
+                           head_dim=site.head_dim, rope=site.rope)
     reason = qg.unsupported_reason(a, w, site.w_kn, epilogue)
     if reason is None:
         reason = next((why for key, why in regrouped.QUACK_FAILED.items() if key[0] == epilogue), None)

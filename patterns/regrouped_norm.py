@@ -7,6 +7,11 @@
   gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
   normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
   once more (``aux``) because the backward reads it.
+* **QK-norm** (Qwen3-style attention, inference): a consumer whose output is viewed per head
+  (``proj(h).view(B, L, H, D)``) and normalized per head by an RMSNorm, then transposed and rotated (rotate-half
+  RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q and k are written once,
+  already normalized and rotated, and the attention stays the model's own (any backend, mask, GQA). Training
+  keeps the per-head norm unfused (the backward piece is not built).
 * **Producer.** Where the norm's input is ``x @ Wᵀ (+ b) + residual`` (o_proj / down_proj / fc2 plus the
   residual stream), that GEMM is rewritten to add bias and residual in its epilogue and to write per-segment
   partial row statistics; a tiny finish gives rstd (and μ), which the consumers and the backward read instead
@@ -144,6 +149,133 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
     return None
 
 
+# --- a per-head RMSNorm (QK-norm) and RoPE after a q/k projection ----------------------------------------------
+
+@dataclasses.dataclass
+class HeadNorm:
+    """q_norm(proj(h).view(B, L, H, D)) (then .transpose(1, 2) and rotate-half RoPE) found after a consumer."""
+    view: Node  # the [B, L, H, D] view of the projection's output
+    weight: Node
+    eps: float
+    output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's (after the transpose)
+    nodes: frozenset  # every node from the view to ``output``
+    cos: Optional[Node] = None  # [B or 1, L, D]
+    sin: Optional[Node] = None
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.view.meta["val"].shape[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _head_norm_patterns() -> list:
+    """The RMSNorm forms of the pre-norm family (traced once per dtype class), with a weight."""
+    from . import rms_norm_matmul
+    from .common import EPS_PLACEHOLDER, trace_pattern
+
+    patterns, seen = [], set()
+    for fn, param_dtypes in rms_norm_matmul.FORMS.values():
+        if not param_dtypes:
+            continue
+        for dtype in TRACE_DTYPES.values():
+            inputs = [torch.empty(4, 16, dtype=dtype)]
+            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
+            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
+            if repr(pattern) not in seen:
+                seen.add(repr(pattern))
+                patterns.append(pattern)
+    return patterns
+
+
+def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
+    """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n), with
+    the rotate-half RoPE after its transpose where the model applies one; None otherwise, or where any node in
+    between is read elsewhere (the output would still be needed)."""
+    from .common import _eps
+
+    views = [u for u in pre.users if u.target in VIEW_OPS]
+    if len(pre.users) != 1 or len(views) != 1:
+        return None
+    view = views[0]
+    shape = view.meta["val"].shape
+    if len(shape) != 4 or any(isinstance(d, torch.SymInt) for d in shape) or shape[2] * shape[3] != n:
+        return None
+    frontier, match = [view], None
+    for _depth in range(8):
+        nxt = []
+        for node in frontier:
+            for pattern in _head_norm_patterns():
+                found = pattern.match(node)
+                if pm.is_match(found) and found.kwargs.get("x") is view and isinstance(found.kwargs.get("weight"),
+                                                                                     Node):
+                    match = found
+                    break
+            if match is not None:
+                break
+            nxt.extend(node.users)
+        if match is not None:
+            break
+        frontier = nxt
+    if match is None:
+        return None
+    weight = match.kwargs["weight"]
+    if tuple(weight.meta["val"].shape) != (shape[3],):
+        return None
+    head = HeadNorm(view, weight, float(_eps(match)), match.output_node(), frozenset([view, *match.nodes]))
+    _with_rope(head)
+    inner = head.nodes - {head.output}
+    if any(u not in head.nodes for node in inner for u in node.users):
+        return None
+    return head
+
+
+def _with_rope(head: HeadNorm) -> None:
+    """Extend ``head`` over ``x.transpose(1, 2)`` and ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D]
+    unsqueezed at dim 1), as transformers writes it, where that follows the norm."""
+    normed = head.output
+    users = list(normed.users)
+    if len(users) != 1 or users[0].target != aten.permute.default or list(users[0].args[1]) != [0, 2, 1, 3]:
+        return
+    t = users[0]
+    D = head.head_dim
+    half = D // 2
+    slices = {(u.args[2], u.args[3]): u for u in t.users
+              if u.target == aten.slice.Tensor and len(u.args) == 4 and u.args[1] in (3, -1)}
+    first = slices.get((0, half))
+    second = next((u for (start, _), u in slices.items() if start == half), None)
+    muls = [u for u in t.users if u.target == aten.mul.Tensor]
+    if first is None or second is None or len(muls) != 1 or len(t.users) != 3:
+        return
+    neg = next(iter(second.users), None)
+    if len(second.users) != 1 or neg.target != aten.neg.default or len(neg.users) != 1:
+        return
+    cat = next(iter(neg.users))
+    if cat.target != aten.cat.default or list(cat.args[0]) != [neg, first] or cat.args[1:] not in ((-1,), (3,)):
+        return
+    if len(first.users) != 1 or len(cat.users) != 1:
+        return
+    mul_sin, mul_cos = next(iter(cat.users)), muls[0]
+    if mul_sin.target != aten.mul.Tensor or len(mul_sin.users) != 1 or len(mul_cos.users) != 1:
+        return
+    out = next(iter(mul_sin.users))
+    if out.target != aten.add.Tensor or set(out.args) != {mul_cos, mul_sin} or out is not next(iter(mul_cos.users)):
+        return
+    cos_u = next((a for a in mul_cos.args if a is not t), None)
+    sin_u = next((a for a in mul_sin.args if a is not cat), None)
+    tables = []
+    for u in (cos_u, sin_u):
+        if not (isinstance(u, Node) and u.target == aten.unsqueeze.default and u.args[1] == 1):
+            return
+        table = u.args[0]
+        tshape = table.meta["val"].shape
+        if len(tshape) != 3 or tshape[0] not in (1, head.view.meta["val"].shape[0]) or tshape[2] != D:
+            return
+        tables.append(table)
+    head.cos, head.sin = tables
+    head.nodes = head.nodes | {t, first, second, neg, cat, mul_sin, mul_cos, out}
+    head.output = out
+
+
 # --- inserting traced torch code into the graph ------------------------------------------------------------------
 
 def insert_traced(graph: Graph, fn: Callable, inputs: dict, before: Node) -> list[Node]:
@@ -195,6 +327,7 @@ class _Rewrite:
     act_output: Optional[Node] = None  # the activation's output node, replaced by the op's output
     pre: list = dataclasses.field(default_factory=list)  # the consumers' outputs in the model's shape
     act_nodes: frozenset = frozenset()  # the matched activation's nodes
+    head: Optional[HeadNorm] = None  # a per-head RMSNorm (and RoPE) after the consumer, in its epilogue
 
     @property
     def write_aux(self) -> bool:
@@ -244,7 +377,11 @@ def _plan_rewrites(consumers, ctx) -> list[_Rewrite]:
         rewrites.append(_Rewrite(pair, name, match.output_node(), [_model_shaped(p.node) for p in pair],
                                  frozenset(match.nodes)))
         used.update(p.node for p in pair)
-    rewrites += [_Rewrite([c], pre=[_model_shaped(c.node)]) for c in consumers if c.node not in used]
+    for c in consumers:
+        if c.node not in used:
+            pre = _model_shaped(c.node)
+            head = _find_head_norm(pre, c.n) if not ctx.backward else None  # its backward is not built
+            rewrites.append(_Rewrite([c], pre=[pre], head=head))
     return rewrites
 
 
@@ -298,7 +435,9 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                       activation=rw.activation, write_aux=aux, stats="none", residual=False,
                                       w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
                                       // max(len(rewrites), 1), config=ctx.config,
-                                      fold_bytes=passes * n * K * x_val.element_size())
+                                      fold_bytes=passes * n * K * x_val.element_size(),
+                                      head_dim=rw.head.head_dim if rw.head else 0,
+                                      rope=bool(rw.head and rw.head.cos is not None))
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))
@@ -311,6 +450,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
                                     beta))
     acts = sorted({rw.activation for rw in rewrites if rw.activation != "none"})
+    acts += sorted({"QK-norm + RoPE" if rw.head.cos is not None else "QK-norm" for rw in rewrites if rw.head})
     return _accepted(site, ctx, rewrites, acts, choices)
 
 
@@ -318,7 +458,8 @@ def _accepted(site, ctx, rewrites, acts, choices) -> None:
     n = sum(len(rw.consumers) for rw in rewrites)
     reason = f"{n} matmul(s) read the stream with the norm in their epilogue"
     if acts:
-        reason += " (activation " + ", ".join(acts) + " in the epilogue too)"
+        reason += " (" + ", ".join(a if a.startswith("QK-norm") else f"activation {a}" for a in acts)
+        reason += " in the epilogue too)"
     reason += "; " + "; ".join(sorted({ch.reason for _, _, ch, _, _ in choices}))
     notes = sorted({note for *_, note in choices if note})
     if notes:
@@ -360,8 +501,11 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     pre_shape = _static_view(rw.pre[0].meta["val"].shape)
     out_shape = _static_view(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
     gated = len(consumers) == 2
+    head = rw.head
+    if head is not None:
+        B, L, H, D = (int(d) for d in head.view.meta["val"].shape)
 
-    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, **params):
+    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, head_weight=None, cos=None, sin=None, **params):
         a = x.reshape(-1, K)
         g = gamma.float() * scale_c if gamma is not None else None
         if g is None and scale_c != 1.0:
@@ -376,9 +520,17 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             w, u, v = regrouped.fold_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln")
         scale = rstd.reshape(-1).float()
         shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
-        out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, v, None, scale, shift, u, norm,
-                                                              rw.activation, aux, "none", w_kn, backend=backend)
-        results = [out.view(out_shape)]
+        if head is None:
+            out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, v, None, scale, shift, u, norm,
+                                                                  rw.activation, aux, "none", w_kn, backend=backend)
+            results = [out.view(out_shape)]
+        else:  # q/k: the per-head norm and RoPE too; the output as the model's [B, H, L, D] view (or [B, L, H, D])
+            tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
+            out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(
+                a, w, v, None, scale, shift, u, norm, "none", False, "none", w_kn, backend="triton", head_dim=D,
+                head_weight=head_weight, head_eps=head.eps, rope_cos=tables[0], rope_sin=tables[1])
+            out = out.view(B, L, H, D)
+            results = [out.permute(0, 2, 1, 3) if cos is not None else out]
         if aux:
             if gated:
                 pairs = aux_out.view(-1, N, 2)
@@ -390,11 +542,17 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     w_nodes = [c.weight for c in consumers] + [None] * (2 - len(consumers))
     b_nodes = [c.bias for c in consumers] + [None] * (2 - len(consumers))
     first = min((c.node for c in consumers), key=lambda n: _position(graph, n))
+    if head is not None:  # RoPE's tables may be computed after the projection: insert where they exist
+        first = head.output
     inputs = dict(x=x, rstd=rstd, mean=mean if norm == "ln" else None, gamma=gamma, beta=beta, w0=w_nodes[0],
                   w1=w_nodes[1], b0=b_nodes[0], b1=b_nodes[1])
+    if head is not None:
+        inputs.update(head_weight=head.weight, cos=head.cos, sin=head.sin)
     inputs.update({f"param{i:03d}": node for i, node in enumerate(sources or ())})
     outputs = insert_traced(graph, consumer, inputs, before=first)
     replaced = rw.act_output if rw.act_output is not None else rw.pre[0]
+    if head is not None:
+        replaced = head.output
     replaced.replace_all_uses_with(outputs[0])
     if aux:
         for pre, value in zip(rw.pre, outputs[1:]):

@@ -7,9 +7,9 @@
   gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
   normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
   once more (``aux``) because the backward reads it.
-* **QK-norm** (Qwen3-style attention, inference): a consumer whose output is viewed per head
-  (``proj(h).view(B, L, H, D)``) and normalized per head by an RMSNorm, then transposed and rotated (rotate-half
-  RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q and k are written once,
+* **QK-norm** (Qwen3- and Gemma3-style attention, inference): a consumer whose output is viewed per head
+  (``proj(h).view(B, L, H, D)``) and normalized per head by an RMSNorm, before or after ``.transpose(1, 2)``, then
+  rotated (rotate-half RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q and k are written once,
   already normalized and rotated, and the attention stays the model's own (any backend, mask, GQA). Training
   keeps the per-head norm unfused (the backward piece is not built).
 * **Producer.** Where the norm's input is ``x @ Wᵀ (+ b) + residual`` (o_proj / down_proj / fc2 plus the
@@ -153,12 +153,14 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
 
 @dataclasses.dataclass
 class HeadNorm:
-    """q_norm(proj(h).view(B, L, H, D)) (then .transpose(1, 2) and rotate-half RoPE) found after a consumer."""
+    """q_norm(proj(h).view(B, L, H, D)) found after a consumer, the norm before or after ``.transpose(1, 2)``
+    (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one."""
     view: Node  # the [B, L, H, D] view of the projection's output
     weight: Node
     eps: float
-    output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's (after the transpose)
+    output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's
     nodes: frozenset  # every node from the view to ``output``
+    transposed: bool  # ``output`` is [B, H, L, D] (the transpose came first, or RoPE after it)
     cos: Optional[Node] = None  # [B or 1, L, D]
     sin: Optional[Node] = None
 
@@ -200,14 +202,16 @@ def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
     shape = view.meta["val"].shape
     if len(shape) != 4 or any(isinstance(d, torch.SymInt) for d in shape) or shape[2] * shape[3] != n:
         return None
+    transposes = [u for u in view.users if _is_head_transpose(u)]
+    norm_inputs = (view, *transposes[:1]) if len(view.users) == 1 else (view,)
     frontier, match = [view], None
     for _depth in range(8):
         nxt = []
         for node in frontier:
             for pattern in _head_norm_patterns():
                 found = pattern.match(node)
-                if pm.is_match(found) and found.kwargs.get("x") is view and isinstance(found.kwargs.get("weight"),
-                                                                                     Node):
+                if pm.is_match(found) and found.kwargs.get("x") in norm_inputs and isinstance(
+                        found.kwargs.get("weight"), Node):
                     match = found
                     break
             if match is not None:
@@ -221,7 +225,9 @@ def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
     weight = match.kwargs["weight"]
     if tuple(weight.meta["val"].shape) != (shape[3],):
         return None
-    head = HeadNorm(view, weight, float(_eps(match)), match.output_node(), frozenset([view, *match.nodes]))
+    transposed = match.kwargs["x"] is not view
+    head = HeadNorm(view, weight, float(_eps(match)), match.output_node(),
+                    frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
     inner = head.nodes - {head.output}
     if any(u not in head.nodes for node in inner for u in node.users):
@@ -229,14 +235,21 @@ def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
     return head
 
 
+def _is_head_transpose(node: Node) -> bool:
+    return node.target == aten.permute.default and list(node.args[1]) == [0, 2, 1, 3]
+
+
 def _with_rope(head: HeadNorm) -> None:
-    """Extend ``head`` over ``x.transpose(1, 2)`` and ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D]
-    unsqueezed at dim 1), as transformers writes it, where that follows the norm."""
+    """Extend ``head`` over ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D] unsqueezed at dim 1) of its
+    [B, H, L, D] output (after ``.transpose(1, 2)`` where the norm came before it), as transformers writes it."""
     normed = head.output
-    users = list(normed.users)
-    if len(users) != 1 or users[0].target != aten.permute.default or list(users[0].args[1]) != [0, 2, 1, 3]:
-        return
-    t = users[0]
+    if head.transposed:
+        t, extra = normed, ()
+    else:
+        users = list(normed.users)
+        if len(users) != 1 or not _is_head_transpose(users[0]):
+            return
+        t, extra = users[0], (users[0],)
     D = head.head_dim
     half = D // 2
     slices = {(u.args[2], u.args[3]): u for u in t.users
@@ -272,8 +285,9 @@ def _with_rope(head: HeadNorm) -> None:
             return
         tables.append(table)
     head.cos, head.sin = tables
-    head.nodes = head.nodes | {t, first, second, neg, cat, mul_sin, mul_cos, out}
+    head.nodes = head.nodes | {*extra, first, second, neg, cat, mul_sin, mul_cos, out}
     head.output = out
+    head.transposed = True
 
 
 # --- inserting traced torch code into the graph ------------------------------------------------------------------
@@ -530,7 +544,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                 a, w, v, None, scale, shift, u, norm, "none", False, "none", w_kn, backend="triton", head_dim=D,
                 head_weight=head_weight, head_eps=head.eps, rope_cos=tables[0], rope_sin=tables[1])
             out = out.view(B, L, H, D)
-            results = [out.permute(0, 2, 1, 3) if cos is not None else out]
+            results = [out.permute(0, 2, 1, 3) if head.transposed else out]
         if aux:
             if gated:
                 pairs = aux_out.view(-1, N, 2)

@@ -357,22 +357,24 @@ def test_folded_operands_opcheck():
     regrouped.clear_folded_weights()
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_qwen3_qk_norm_and_rope_in_the_projection_epilogue(train):
-    """An unmodified transformers Qwen3 (causal mask, grouped-query attention): in inference q and k leave their
+@pytest.mark.parametrize("family, train", [("qwen3", False), ("gemma3", False), ("qwen3", True)],
+                         ids=["qwen3-inference", "gemma3-inference", "qwen3-training"])
+def test_qk_norm_and_rope_in_the_projection_epilogue(family, train):
+    """Unmodified transformers decoders with a per-head QK-norm before RoPE — Qwen3 (norm, then transpose) and
+    Gemma3 (transpose, then Gemma's (1 + w) norm; sliding-window mask) — in inference: q and k leave their
     projections normalized per head and rotated (QK-norm + RoPE in the consumer's epilogue, issue 26) and the
     attention is the model's own; outputs match eager and float64. Training keeps the per-head norm unfused (its
-    backward piece is not built) and still rewrites the projections."""
-    transformers = pytest.importorskip("transformers")
+    backward piece is not built), reported with the reason, and still rewrites the projections."""
+    pytest.importorskip("transformers")
     from norm_fusion_inductor import hf_models
 
     torch.manual_seed(6)
-    model = hf_models.tiny_model("qwen3", hidden=64, layers=1).to(DEVICE).train(train)
+    model = hf_models.tiny_model(family, hidden=64, layers=1).to(DEVICE).train(train)
     for name, p in model.named_parameters():
         if "norm" in name:
             p.data.uniform_(0.5, 1.5)
     inputs = {k: v.to(DEVICE) for k, v in hf_models.example_inputs(model, batch=2, seq=16).items()}
-    model64 = transformers.Qwen3ForCausalLM(model.config).to(DEVICE).double().train(train)
+    model64 = type(model)(model.config).to(DEVICE).double().train(train)
     model64.load_state_dict(model.state_dict())
     options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
     nfi.clear_reports()
@@ -385,9 +387,9 @@ def test_qwen3_qk_norm_and_rope_in_the_projection_epilogue(train):
     sites = nfi.reports()
     regrouped_sites = [s for s in sites if s.fusion == "regrouped_norm"]
     assert len(regrouped_sites) == 3 and all(s.rewritten for s in regrouped_sites), [s.line() for s in sites]
-    qk = [s for s in sites if "QK-norm + RoPE in the epilogue" in s.reason]
+    qk = [s for s in regrouped_sites if "QK-norm + RoPE in the epilogue" in s.reason]
     assert len(qk) == (0 if train else 1), [s.line() for s in sites]
-    leftover = [s for s in sites if not s.rewritten]  # the per-head norms, reported with the reason
+    leftover = [s for s in sites if s.fusion == "qk_norm"]  # the per-head norms not taken, with the reason
     assert len(leftover) == (2 if train else 0) and all("QK-norm" in s.reason for s in leftover), \
         [s.line() for s in sites]
 

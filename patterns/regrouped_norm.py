@@ -281,7 +281,8 @@ def _with_rope(head: HeadNorm) -> None:
             return
         table = u.args[0]
         tshape = table.meta["val"].shape
-        if len(tshape) != 3 or tshape[0] not in (1, head.view.meta["val"].shape[0]) or tshape[2] != D:
+        B, L = head.view.meta["val"].shape[:2]
+        if len(tshape) != 3 or tshape[0] not in (1, B) or tshape[1] != L or tshape[2] != D:
             return
         tables.append(table)
     head.cos, head.sin = tables

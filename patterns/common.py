@@ -49,21 +49,27 @@ class NormFamily:
     @functools.cached_property
     def matcher(self) -> pm.PatternMatcherPass:
         matcher = pm.PatternMatcherPass(pass_name=f"norm_fusion_{self.spec.fusion}_{self.spec.norm}")
-        seen = set()
-        for form, (fn, param_dtypes) in self.forms.items():
-            for dtype_name, dtype in TRACE_DTYPES.items():
-                inputs = [torch.empty(4, 16, dtype=dtype)]
-                inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
-                pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
-                if repr(pattern) in seen:  # e.g. the fp32 trace of a form whose casts vanish
-                    continue
-                seen.add(repr(pattern))
-                pm.register_graph_pattern(pattern, pass_dict=matcher)(
-                    functools.partial(self._rewrite, f"{form}/{dtype_name}"))
+        for name, pattern in traced_norm_forms(self.forms):
+            pm.register_graph_pattern(pattern, pass_dict=matcher)(functools.partial(self._rewrite, name))
         return matcher
 
     def _rewrite(self, pattern_name: str, match: pm.Match, *args, **kwargs) -> None:
         self.rewrite(self.spec, pattern_name, match, self._ctx)
+
+
+def traced_norm_forms(forms: dict) -> list[tuple[str, pm.PatternExpr]]:
+    """("form/dtype class", pattern) of each norm form (``NormFamily.forms``), traced once per dtype class; a
+    trace equal to an earlier one (the fp32 trace of a form whose casts vanish) is left out."""
+    traced, seen = [], set()
+    for form, (fn, param_dtypes) in forms.items():
+        for dtype_name, dtype in TRACE_DTYPES.items():
+            inputs = [torch.empty(4, 16, dtype=dtype)]
+            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
+            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
+            if repr(pattern) not in seen:
+                seen.add(repr(pattern))
+                traced.append((f"{form}/{dtype_name}", pattern))
+    return traced
 
 
 def trace_pattern(search_fn: Callable, example_inputs: list, scalar_workaround: dict) -> pm.PatternExpr:

@@ -124,28 +124,42 @@ def _model_shaped(mm: Node) -> Node:
     return mm
 
 
+def _first_downstream(start: list, found: Callable[[Node], object], forward: Callable[[Node], bool] = lambda n: True,
+                      depth: int = 8):
+    """The first non-None ``found(node)`` over the nodes reachable from ``start`` (breadth first, up to ``depth``
+    levels, through the nodes ``forward`` admits), or None."""
+    frontier, seen = list(start), set()
+    for _depth in range(depth):
+        nxt = []
+        for node in frontier:
+            if node in seen:
+                continue
+            seen.add(node)
+            result = found(node)
+            if result is not None:
+                return result
+            nxt.extend(u for u in node.users if forward(u))
+        frontier = nxt
+    return None
+
+
 def _find_activation(pre: Node, forward: Callable[[Node], bool]):
     """(name, gated, match) of an activation whose input is ``pre``, searched a few nodes downstream. A gated
     pair is looked for first: its act(gate) alone matches the plain activation one node earlier."""
+    def activation_at(node, want_gated):
+        for name, gated, pattern in _activation_patterns():
+            if gated != want_gated:
+                continue
+            match = pattern.match(node)
+            if pm.is_match(match) and pre in [match.kwargs.get(k) for k in (("gate", "up") if gated else ("z",))]:
+                return name, gated, match
+        return None
+
     for want_gated in (True, False):
-        frontier, seen = [u for u in pre.users if forward(u)], set()
-        for _depth in range(8):
-            nxt = []
-            for node in frontier:
-                if node in seen:
-                    continue
-                seen.add(node)
-                for name, gated, pattern in _activation_patterns():
-                    if gated != want_gated:
-                        continue
-                    match = pattern.match(node)
-                    if not pm.is_match(match):
-                        continue
-                    inputs = [match.kwargs.get(k) for k in (("gate", "up") if gated else ("z",))]
-                    if pre in inputs:
-                        return name, gated, match
-                nxt.extend(u for u in node.users if forward(u))
-            frontier = nxt
+        found = _first_downstream([u for u in pre.users if forward(u)], lambda n: activation_at(n, want_gated),
+                                  forward)
+        if found is not None:
+            return found
     return None
 
 
@@ -171,22 +185,12 @@ class HeadNorm:
 
 @functools.lru_cache(maxsize=None)
 def _head_norm_patterns() -> list:
-    """The RMSNorm forms of the pre-norm family (traced once per dtype class), with a weight."""
+    """The RMSNorm forms of the pre-norm family that have a weight, traced as the family traces them."""
     from . import rms_norm_matmul
-    from .common import EPS_PLACEHOLDER, trace_pattern
+    from .common import traced_norm_forms
 
-    patterns, seen = [], set()
-    for fn, param_dtypes in rms_norm_matmul.FORMS.values():
-        if not param_dtypes:
-            continue
-        for dtype in TRACE_DTYPES.values():
-            inputs = [torch.empty(4, 16, dtype=dtype)]
-            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
-            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
-            if repr(pattern) not in seen:
-                seen.add(repr(pattern))
-                patterns.append(pattern)
-    return patterns
+    weighted = {form: spec for form, spec in rms_norm_matmul.FORMS.items() if spec[1]}
+    return [pattern for _, pattern in traced_norm_forms(weighted)]
 
 
 def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
@@ -204,22 +208,15 @@ def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
         return None
     transposes = [u for u in view.users if _is_head_transpose(u)]
     norm_inputs = (view, *transposes[:1]) if len(view.users) == 1 else (view,)
-    frontier, match = [view], None
-    for _depth in range(8):
-        nxt = []
-        for node in frontier:
-            for pattern in _head_norm_patterns():
-                found = pattern.match(node)
-                if pm.is_match(found) and found.kwargs.get("x") in norm_inputs and isinstance(
-                        found.kwargs.get("weight"), Node):
-                    match = found
-                    break
-            if match is not None:
-                break
-            nxt.extend(node.users)
-        if match is not None:
-            break
-        frontier = nxt
+    def norm_at(node):
+        for pattern in _head_norm_patterns():
+            found = pattern.match(node)
+            if pm.is_match(found) and found.kwargs.get("x") in norm_inputs and isinstance(found.kwargs.get("weight"),
+                                                                                        Node):
+                return found
+        return None
+
+    match = _first_downstream([view], norm_at)
     if match is None:
         return None
     weight = match.kwargs["weight"]
@@ -539,7 +536,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, v, None, scale, shift, u, norm,
                                                                   rw.activation, aux, "none", w_kn, backend=backend)
             results = [out.view(out_shape)]
-        else:  # q/k: the per-head norm and RoPE too; the output as the model's [B, H, L, D] view (or [B, L, H, D])
+        else:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece); the output as the
+            # model's [B, H, L, D] view (or [B, L, H, D])
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
             out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(
                 a, w, v, None, scale, shift, u, norm, "none", False, "none", w_kn, backend="triton", head_dim=D,

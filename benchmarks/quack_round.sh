@@ -10,6 +10,8 @@
 #       backward = the RMSNorm backward on the dgrad (tests, benchmark; both variants), the model trained
 #       through Quack, the fuzz;
 #       checks = the fp16 Quack tests, the model trained through Quack and both fuzz runs in one call;
+#       qk = the per-head norm + RoPE epilogue's GPU tests (issue 26);
+#       BACKENDS, BLOCK_ARGS, BLOCKS and LIMIT (seconds) change the block runs;
 #       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50).
 set -o pipefail
 if [ "$1" = unpack ]; then bash .cute/a/unpack.sh; exit $?; fi
@@ -43,20 +45,23 @@ checks)
   timeout 200 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
   timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
+qk)
+  timeout 150 python -m pytest tests/test_regrouped.py -q -x -p no:warnings -k "per_head or qk_norm_and_rope" 2>&1 | tail -15 | tee $OUT/tests_qk.log
+  ;;
 fuzz)
   timeout 330 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log
   timeout 220 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 bert)
-  (cd benchmarks && timeout 560 python blocks.py --blocks bert_base_layer gpt2_medium_layer --rounds 3 \
-     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_bert.json 2>&1 | tee $OUT/blocks_bert.log)
+  (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks ${BLOCKS:-bert_base_layer gpt2_medium_layer} --rounds 3 ${BLOCK_ARGS:-} \
+     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_bert.json 2>&1 | tee $OUT/blocks_bert.log)
   ;;
 towers)
-  (cd benchmarks && timeout 560 python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 \
-     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
+  (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 ${BLOCK_ARGS:-} \
+     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
   ;;
 llama)
-  (cd benchmarks && timeout 560 python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 ${BLOCK_ARGS:-} \
-     --backends default norm_fusion norm_fusion_triton --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
+  (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 ${BLOCK_ARGS:-} \
+     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
   ;;
 esac

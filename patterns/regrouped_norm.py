@@ -449,7 +449,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                       // max(len(rewrites), 1), config=ctx.config,
                                       fold_bytes=passes * n * K * x_val.element_size(),
                                       head_dim=rw.head.head_dim if rw.head else 0,
-                                      rope=bool(rw.head and rw.head.cos is not None))
+                                      rope=bool(rw.head and rw.head.cos is not None),
+                                      mean_gemm_ms=ctx.mean_gemm_ms)
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))
@@ -672,7 +673,7 @@ def apply(graph: Graph, ctx) -> None:
         choice = choose_epilogue_gemm(M, N, a_val.shape[1], x_val.dtype, x_val.device, row_norm="none",
                                       activation="none", write_aux=False, stats=site.norm, residual=True,
                                       w_kn=consumer.weight_kn, norm_bytes=M * N * x_val.element_size(),
-                                      config=ctx.config,
+                                      config=ctx.config, mean_gemm_ms=ctx.mean_gemm_ms,
                                       residual_norm=normalized_from.norm if normalized_from is not None else "none")
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"

@@ -61,6 +61,12 @@ def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
             else:
                 readers.add(user.target)
     assert readers == {HOP}
+    # and only as the kernels' x: a pointer slot the flags leave unused gets its own buffer, else Inductor
+    # would clone x (every pointer a kernel stores to counts as mutated)
+    x_views = {x_node} | {n for n in gm.graph.nodes if n.target is torch.ops.aten.view.default}
+    for name, kwargs in launches:
+        slots = sorted(k for k, v in kwargs.items() if v in x_views)
+        assert slots == ["x_ptr"], (name, slots)
     targets = {n.target for n in gm.graph.nodes}
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
     outputs = gm.graph.find_nodes(op="output")[0].args[0]

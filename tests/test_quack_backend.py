@@ -140,6 +140,23 @@ def test_short_gemms_stay_unfused_unless_cuda_graphs(monkeypatch, tmp_path):
     with torch._inductor.config.patch({"triton.cudagraphs": True}):
         assert _choose(config).implementation == "regrouped_quack"
     assert _choose(NormFusionConfig(cache_dir=str(tmp_path), min_kernel_ms=0.01)).fused
+    # a graph whose matmuls average more than min_kernel_ms keeps the GPU ahead of the host: the short one is taken
+    assert _choose(config, mean_gemm_ms=1.2).implementation == "regrouped_quack"
+    assert not _choose(config, mean_gemm_ms=0.1).fused
+
+
+def test_mean_gemm_time_of_a_graph():
+    """The graph-wide lower bound the host-cost rule uses: the matmuls' mean FLOPs at the peak rate."""
+    from norm_fusion_inductor import passes
+
+    def f(x, w1, w2, b):
+        return torch.addmm(b, torch.mm(x, w1), w2)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(
+        torch.randn(4096, 1024), torch.randn(1024, 2048), torch.randn(2048, 512), torch.randn(512))
+    flops = (2 * 4096 * 1024 * 2048 + 2 * 4096 * 2048 * 512) / 2
+    assert passes._mean_gemm_ms(gm.graph) == pytest.approx(flops / selection.PEAK_FLOPS_PER_MS)
+    assert passes._mean_gemm_ms(torch.fx.Graph()) == 0.0
 
 
 def test_backend_option_is_checked():

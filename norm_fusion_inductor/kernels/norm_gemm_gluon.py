@@ -716,13 +716,15 @@ def through_op():
 
 # The thin op is declared with torch.library's low-level API, a CUDA kernel and a fake and nothing else: the
 # compiled graph calls it with grad off, and custom_op's Python autograd and ADInplaceOrView layers cost ~70 µs
-# per call on the H200 host (benchmarks/host_profile.py, 2026-11-30), as much as the launch itself.
+# per call on the H200 host (benchmarks/host_profile.py), as much as the launch itself. Its inputs keep the
+# layout Inductor gives them (flexible_layout, as ops.STREAM_INPUT_TAGS): with the default exact-stride
+# constraint, Inductor copied an unrealized residual stream into the op.
 _LIB = torch.library.Library("norm_fusion", "FRAGMENT")
 _LIB.define("gluon_norm_gemm(Tensor x, Tensor w, Tensor(a!) out, Tensor? bias, Tensor(b!)? rstd, Tensor(c!)? mean, "
             "Tensor? u, float eps, int row_stats, bool row_scale, bool write_stats, int block_m, int block_n, "
             "int block_k, int num_buffers, int group_m, int num_warps, int warp_specialize=0, bool w_kn=False, "
             "int post_norm=0, Tensor? residual=None, Tensor? gamma=None, Tensor? beta=None, Tensor(d!)? z=None, "
-            "Tensor? residual_out=None) -> ()")
+            "Tensor? residual_out=None) -> ()", tags=(torch._C.Tag.flexible_layout,))
 
 
 def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, bm, bn, bk, num_buffers,

@@ -246,7 +246,7 @@ def main() -> int:
             print("  compile s: " + ", ".join(f"{k[10:]} {v:.1f}" for k, v in row.items()
                                               if k.startswith("compile_s_")), flush=True)
             for s in row["sites"]:
-                print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:300]}", flush=True)
+                print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:900]}", flush=True)
             if "kernels" in row:
                 print_kernels(row)
             if args.json:

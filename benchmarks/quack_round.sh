@@ -46,7 +46,7 @@ checks)
   timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 qk)
-  timeout 150 python -m pytest tests/test_regrouped.py -q -x -p no:warnings -k "per_head or qk_norm_and_rope" 2>&1 | tail -15 | tee $OUT/tests_qk.log
+  timeout ${QK_LIMIT:-240} python -m pytest tests/test_regrouped.py -v -x -p no:warnings --durations=5 -k "per_head or qk_norm_and_rope" 2>&1 | tail -25 | tee $OUT/tests_qk.log
   ;;
 fuzz)
   timeout 330 python tests/fuzz_regrouped.py --cases 1000 --workers 6 --max-m 131072 2>&1 | grep -v "runs its torch reference" | tee $OUT/fuzz.log

@@ -57,7 +57,7 @@ class NormFusionConfig:
     #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
     #: ~0.1–0.15 ms per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting.
-    #: The regrouped GEMMs are always such a call (whatever ``launch`` says)
+    #: The regrouped GEMMs on Quack are always such a call; on Triton with launch "direct" they are not
     min_kernel_ms: float = 0.15
     #: the GEMM implementations a regrouped chain may run on, timed per GEMM with policy "auto" (the fastest that
     #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and

@@ -35,23 +35,6 @@ def new_graph_id() -> int:
     return next(_GRAPH_COUNTER)
 
 
-def _mean_gemm_ms(graph: torch.fx.Graph) -> float:
-    """The mean time of the graph's matmuls at the GPU's peak rate: a lower bound of the GPU work queued per
-    launch, which hides a Python op's host cost when it is long (selection.choose_epilogue_gemm)."""
-    from norm_fusion_inductor.patterns.common import size_hint
-    from norm_fusion_inductor.selection import PEAK_FLOPS_PER_MS
-
-    aten = torch.ops.aten
-    flops = []
-    for node in graph.nodes:
-        if node.target in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default):
-            a, b = (arg.meta.get("val") for arg in node.args[-2:])
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                batch = size_hint(a.shape[0]) if a.dim() == 3 else 1
-                flops.append(2 * batch * size_hint(a.shape[-2]) * size_hint(a.shape[-1]) * size_hint(b.shape[-1]))
-    return sum(flops) / len(flops) / PEAK_FLOPS_PER_MS if flops else 0.0
-
-
 class PassContext:
     """State of one run of the pass over one graph: the config, the backward-only nodes, the site records."""
 
@@ -67,8 +50,6 @@ class PassContext:
         self.claimed: set = set()  # normalized-output nodes a family rewrote: later families leave them alone
         self.covered: set = set()  # nodes of the norms some family recorded (the rest are reported at the end)
         self.regrouped_sites: list = []  # norms whose consumers the regrouped rewrite took (their producer next)
-        self.mean_gemm_ms = _mean_gemm_ms(graph)  # before any rewrite replaces a matmul
-
 
     @functools.cached_property
     def static_inputs(self) -> Optional[set]:

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .kernels import epilogue_gemm as kernel
+from .kernels.common import aligned16
 from .kernels import quack_epilogue_gemm as quack_kernel
 from .ops import STREAM_INPUT_TAGS
 from .report import log
@@ -59,6 +60,18 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
                   residual_bias: Optional[Tensor] = None, backend: str = "triton", head_dim: int = 0,
                   head_weight: Optional[Tensor] = None, head_eps: float = 0.0, rope_cos: Optional[Tensor] = None,
                   rope_sin: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    return run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
+                             residual_norm, residual_scale, residual_shift, residual_weight, residual_bias, backend,
+                             head_dim, head_weight, head_eps, rope_cos, rope_sin)
+
+
+def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
+                      residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
+                      residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
+                      rope_cos=None, rope_sin=None, *, config: Optional[dict] = None):
+    """The op's computation, with its arguments. ``config`` (Triton backend): that block config instead of the
+    tuned one — how the pass traces a direct launch into its graph (``launch_config``), the kernel launched from
+    Inductor's generated code with no Python op per call."""
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
                          residual_norm, head_dim, rope_cos is not None)
     res_norm = None
@@ -82,7 +95,20 @@ def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Option
         raise ValueError(f"epilogue_gemm backend must be 'triton' or 'quack', got {backend!r}")
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
                                 scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm,
-                                head_norm=head_norm)
+                                head_norm=head_norm, config=config)
+
+
+def launch_config(choice) -> Optional[dict]:
+    """The block config to launch a selection choice's Triton GEMM with from Inductor's code, or None (the op)."""
+    return choice.plan if choice.implementation == "regrouped_triton" and isinstance(choice.plan, dict) else None
+
+
+def gemm_call(config: Optional[dict]):
+    """What the pass's traced code calls: the op (its Python call per step), or with ``config`` the kernel
+    itself, traced as a ``wrap_triton`` launch."""
+    if config is None:
+        return torch.ops.norm_fusion.epilogue_gemm
+    return functools.partial(run_epilogue_gemm, config=config)
 
 
 # (epilogue, a's shape, w's shape, dtype, w_kn) -> why Quack failed there; not tried again in this process
@@ -108,7 +134,7 @@ def _on_quack(a, w, residual, bias, scale, shift, u, epilogue: kernel.Epilogue, 
 
 
 def _tma_ready(t: Tensor) -> bool:
-    return t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+    return t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and aligned16(t)
 
 
 def _fresh(t: Tensor) -> Tensor:

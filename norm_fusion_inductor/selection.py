@@ -37,7 +37,9 @@ class Choice:
     fused: bool
     implementation: str  # "fused_triton" | "regrouped_triton" | "regrouped_quack" | "reference" | "unfused"
     reason: str
-    plan: Optional[tuple] = None  # the kernel plan (prologue, block config) measured fastest, for direct launch
+    # the kernel plan measured fastest, for direct launch: (prologue, block config) of the older fusions, the
+    # Triton block config (a dict) of a regrouped GEMM
+    plan: Optional[tuple | dict] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,6 @@ NEAR_MISS_LAYER_NORM = 1.25
 HOST_BOUND_RISK = 0.5
 # bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
 PEAK_COPY_BYTES_PER_MS = 4.0e9
-PEAK_FLOPS_PER_MS = 790e9  # H200 dense bf16; only for the host-cost rule's lower bound of the GPU's work
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -678,7 +679,7 @@ class EpilogueSite:
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False,
-                         mean_gemm_ms: float = 0.0) -> Choice:
+                         direct_launch: bool = False) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -686,10 +687,11 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     The unfused graph cannot move fewer bytes than that, so a GEMM that wins here by ``min_speedup`` wins against
     Inductor too. ``fold_bytes``: the weight-side passes the fused path adds per call (γ folded into the weight
     in training), charged at the copy's measured rate; the margin pays for the op's host time and the timing's
-    noise. A kernel shorter than ``min_kernel_ms`` is left unfused (the op's host cost would show), unless
-    CUDA graphs replay it or the graph's matmuls take ``mean_gemm_ms`` ≥ ``min_kernel_ms`` on average at peak:
-    the GPU then runs ahead of the host (the Llama-3-8B block's 128-wide lm_head, left to the older path this
-    way, had cost its producer link too). Without the margin and the fold's cost, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won
+    noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused (its Python call per
+    step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
+    its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
+    is taken where it passes the margin (the choice's ``plan`` is then its tuned block config). Without the
+    margin and the fold's cost, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won
     their bounds by 1–3 % and the layers ran 0.975–0.998x (H200, 2026-12-01, docs/benchmarks_journal.md)."""
     from .kernels import epilogue_gemm as eg
 
@@ -735,6 +737,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
               f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
     if fold_ms:
         detail += f" (including the weight fold per call, {fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
+    hosts = [f"{name} {t[name + '_host_ms']:.4f}" for name in timed if t.get(name + "_host_ms") is not None]
+    if hosts:
+        detail += f" (host time per op call: {', '.join(hosts)} ms)"
     others = [f"{name} {ms:.4f} ms" for name, ms in timed.items() if name != backend]
     others += [f"{name} not offered ({t[name + '_reason']})" for name in config.gemm_backends
                if name not in timed and t.get(name + "_reason")]
@@ -742,8 +747,13 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         detail += " (" + "; ".join(others) + ")"
     if timed[backend] * config.min_speedup >= bound:
         return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
-    host_hidden = torch._inductor.config.triton.cudagraphs or mean_gemm_ms >= config.min_kernel_ms
-    if timed[backend] < config.min_kernel_ms and not host_hidden:
+    triton_config = t.get("triton_config") if direct_launch else None
+    if triton_config is not None and "triton" in timed and timed["triton"] * config.min_speedup < bound:
+        if backend == "triton" or timed[backend] < config.min_kernel_ms:
+            # launched by Inductor's code: no op call per step (the faster op-launched backend would be host-bound)
+            note = "" if backend == "triton" else f" (not {backend}: shorter than min_kernel_ms through the op)"
+            return Choice(True, "regrouped_triton", f"{detail}; launched directly{note}", dict(triton_config))
+    if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
@@ -767,6 +777,7 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
     from triton.testing import do_bench_cudagraph
 
     from . import regrouped
+    from .kernels import epilogue_gemm as eg
 
     M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
     a = torch.randn(M, K, device=dev, dtype=dt)
@@ -812,18 +823,28 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
     for fn in fns.values():
         fn()  # the Triton kernel tunes and compiles outside the graph capture
     times.update({name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()})
+    times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
+    for name in ("triton", "quack"):  # the op call's host time, logged with the choice (not yet priced)
+        if f"{name}_ms" in fns:
+            times[f"{name}_host_ms"] = _host_ms(fns[f"{name}_ms"])
     return times
+
+
+def _site_epilogue(site: EpilogueSite):
+    """The epilogue the measurement runs (a bias always: its timing covers the sites without one)."""
+    from .kernels import epilogue_gemm as eg
+
+    return eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
+                       write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
+                       head_dim=site.head_dim, rope=site.rope)
 
 
 def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:
     """Why Quack is not timed for this GEMM (None: it is), including an earlier failure in this process."""
     from . import regrouped
-    from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
-    epilogue = eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
-                           write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
-                           head_dim=site.head_dim, rope=site.rope)
+    epilogue = _site_epilogue(site)
     reason = qg.unsupported_reason(a, w, site.w_kn, epilogue)
     if reason is None:
         reason = next((why for key, why in regrouped.QUACK_FAILED.items() if key[0] == epilogue), None)

@@ -290,10 +290,13 @@ def _with_rope(head: HeadNorm) -> None:
 
 # --- inserting traced torch code into the graph ------------------------------------------------------------------
 
-def insert_traced(graph: Graph, fn: Callable, inputs: dict, before: Node) -> list[Node]:
+def insert_traced(graph: Graph, fn: Callable, inputs: dict, before: Node, functional: bool = False) -> list[Node]:
     """Trace ``fn(**tensors)`` (absent inputs passed as None) with the graph's fake values and Inductor's
-    decompositions, copy it in before ``before``, and return its output nodes."""
+    decompositions, copy it in before ``before``, and return its output nodes. ``functional``: through
+    functionalization, as a Triton launch (``wrap_triton``) must be traced for the graph, which is functional
+    at this stage."""
     from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
     names = [k for k, v in inputs.items() if v is not None]
@@ -306,7 +309,8 @@ def insert_traced(graph: Graph, fn: Callable, inputs: dict, before: Node) -> lis
 
     fake_mode = torch._guards.detect_fake_mode(values)
     with fake_mode:
-        gm = make_fx(flat, select_decomp_table(), tracing_mode="real")(*values)
+        traced = dispatch_functionalize(flat, FunctionalTensorMode()) if functional else flat
+        gm = make_fx(traced, select_decomp_table(), tracing_mode="real")(*values)
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         raise RuntimeError("the traced code holds tensor constants")
     with graph.inserting_before(before):
@@ -450,14 +454,14 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                       fold_bytes=passes * n * K * x_val.element_size(),
                                       head_dim=rw.head.head_dim if rw.head else 0,
                                       rope=bool(rw.head and rw.head.cos is not None),
-                                      mean_gemm_ms=ctx.mean_gemm_ms)
+                                      direct_launch=_direct_launch(ctx, x_val, *rw.pre))
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))
     graph = x.graph
     try:
         for rw, aux, choice, sources, _ in choices:
-            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, _backend(choice), sources)
+            _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, choice, sources)
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
     ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
@@ -498,15 +502,24 @@ def _static_view(shape) -> list:
     return [-1 if isinstance(d, torch.SymInt) else int(d) for d in shape]
 
 
+def _direct_launch(ctx, *values) -> bool:
+    """Whether the GEMM's launch can be traced into the graph: launch "direct", static shapes, a GPU."""
+    values = [v.meta["val"] if isinstance(v, Node) else v for v in values]
+    return (ctx.config.launch == "direct" and values[0].device.type == "cuda"
+            and not any(isinstance(d, torch.SymInt) for v in values for d in v.shape))
+
+
 def _backend(choice) -> str:
     """The op's GEMM backend for a choice of selection.choose_epilogue_gemm."""
     return "quack" if choice.implementation == "regrouped_quack" else "triton"
 
 
-def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, backend: str,
+def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, choice,
                      sources: Optional[list]) -> None:
     """Replace the consumers (and their activation) by one epilogue GEMM. ``sources``: the parameters the
     weight-side operands are computed from, when they are kept folded between calls (inference), else None."""
+    backend, config = _backend(choice), regrouped.launch_config(choice)
+    gemm = regrouped.gemm_call(config)
     consumers = rw.consumers
     c0 = consumers[0]
     scale_c, w_kn = c0.scale, c0.weight_kn
@@ -534,13 +547,13 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         scale = rstd.reshape(-1).float()
         shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
         if head is None:
-            out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(a, w, v, None, scale, shift, u, norm,
-                                                                  rw.activation, aux, "none", w_kn, backend=backend)
+            out, aux_out, _ = gemm(a, w, v, None, scale, shift, u, norm, rw.activation, aux, "none", w_kn,
+                                   backend=backend)
             results = [out.view(out_shape)]
         else:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece); the output as the
             # model's [B, H, L, D] view (or [B, L, H, D])
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
-            out, aux_out, _ = torch.ops.norm_fusion.epilogue_gemm(
+            out, aux_out, _ = gemm(
                 a, w, v, None, scale, shift, u, norm, "none", False, "none", w_kn, backend="triton", head_dim=D,
                 head_weight=head_weight, head_eps=head.eps, rope_cos=tables[0], rope_sin=tables[1])
             out = out.view(B, L, H, D)
@@ -563,7 +576,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     if head is not None:
         inputs.update(head_weight=head.weight, cos=head.cos, sin=head.sin)
     inputs.update({f"param{i:03d}": node for i, node in enumerate(sources or ())})
-    outputs = insert_traced(graph, consumer, inputs, before=first)
+    outputs = insert_traced(graph, consumer, inputs, before=first, functional=config is not None)
     replaced = rw.act_output if rw.act_output is not None else rw.pre[0]
     if head is not None:
         replaced = head.output
@@ -673,21 +686,23 @@ def apply(graph: Graph, ctx) -> None:
         choice = choose_epilogue_gemm(M, N, a_val.shape[1], x_val.dtype, x_val.device, row_norm="none",
                                       activation="none", write_aux=False, stats=site.norm, residual=True,
                                       w_kn=consumer.weight_kn, norm_bytes=M * N * x_val.element_size(),
-                                      config=ctx.config, mean_gemm_ms=ctx.mean_gemm_ms,
+                                      config=ctx.config, direct_launch=_direct_launch(ctx, x_val),
                                       residual_norm=normalized_from.norm if normalized_from is not None else "none")
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue
-        _insert_producer(graph, site, consumer, residual, normalized_from, _backend(choice))
+        _insert_producer(graph, site, consumer, residual, normalized_from, choice)
         site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
         if normalized_from is not None:
             site.record.reason += "; it reads its residual, the previous norm's output, normalized on load"
 
 
 def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normalized_from: Optional[Site],
-                     backend: str) -> None:
+                     choice) -> None:
     """``normalized_from``: the residual is that site's normalized output; read its input and normalize it on
     load instead."""
+    backend, config = _backend(choice), regrouped.launch_config(choice)
+    gemm = regrouped.gemm_call(config)
     mm = consumer.node
     a = mm.args[0] if mm.target == aten.mm.default else mm.args[1]
     x_shape = _static_view(site.x.meta["val"].shape)
@@ -700,9 +715,8 @@ def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normali
         r = residual.reshape(-1, N).contiguous()
         r_scale = r_rstd.reshape(-1).float() if r_rstd is not None else None
         r_shift = (r_rstd * r_mean).reshape(-1).float() if r_mean is not None else None
-        z, _, partials = torch.ops.norm_fusion.epilogue_gemm(a, w, bias, r, None, None, None, "none", "none",
-                                                             False, norm, w_kn, residual_norm, r_scale, r_shift,
-                                                             r_gamma, r_beta, backend)
+        z, _, partials = gemm(a, w, bias, r, None, None, None, "none", "none", False, norm, w_kn, residual_norm,
+                              r_scale, r_shift, r_gamma, r_beta, backend)
         rstd, mean = regrouped.finish_stats(partials, N, eps, norm)
         results = [z.view(x_shape), rstd.view(stat_shape)]
         if mean is not None:
@@ -715,7 +729,7 @@ def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normali
         src = normalized_from
         inputs.update(residual=src.x, r_rstd=src.rstd, r_mean=src.mean if src.norm == "ln" else None,
                       r_gamma=src.gamma, r_beta=src.beta)
-    outputs = insert_traced(graph, producer, inputs, before=site.x)
+    outputs = insert_traced(graph, producer, inputs, before=site.x, functional=config is not None)
     site.x.replace_all_uses_with(outputs[0])
     site.rstd.replace_all_uses_with(outputs[1])
     if site.mean is not None:

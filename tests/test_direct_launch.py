@@ -17,9 +17,12 @@ def fake_cuda(monkeypatch):
     # conftest turns on the interpreter, whose kernels wrap_triton runs instead of tracing: trace compiled ones
     from triton.runtime.jit import JITFunction
 
-    for name, kernel in vars(norm_gemm).items():
-        if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
-            monkeypatch.setattr(norm_gemm, name, JITFunction(kernel.fn))
+    from norm_fusion_inductor.kernels import common, epilogue_gemm
+
+    for module in (norm_gemm, epilogue_gemm, common):
+        for name, kernel in vars(module).items():
+            if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
+                monkeypatch.setattr(module, name, JITFunction(kernel.fn))
     mode = torch._subclasses.FakeTensorMode()
 
     def make(*shape):
@@ -201,3 +204,41 @@ def test_kernel_helpers_are_called_by_their_own_names():
                     aliased.append(f"{info.name}.{kernel_name} calls {helper.fn.__name__} as {name}")
     assert seen > 10
     assert not aliased, aliased
+
+
+def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
+    """The regrouped GEMM with a tuned config, traced as the pass inserts it (functional, with a tuned block
+    config): one ``wrap_triton`` launch of the epilogue kernel that reads the stream only as its A operand, no
+    op call and no matmul left for Inductor."""
+    from norm_fusion_inductor import regrouped
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
+    from patterns.regrouped_norm import insert_traced
+
+    monkeypatch.setattr(eg, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    M, K, N = 300, 256, 512
+    a, w, b = fake_cuda(M, K), fake_cuda(N, K), fake_cuda(N)
+    rstd = a.new_empty(M, dtype=torch.float32)
+    cfg = dict(eg.GPU_CONFIGS[0])
+    gemm = regrouped.gemm_call(cfg)
+
+    graph = torch.fx.Graph()
+    nodes = {}
+    for name, val in dict(a=a, w=w, b=b, rstd=rstd).items():
+        nodes[name] = graph.placeholder(name)
+        nodes[name].meta["val"] = val
+    anchor = graph.output(None)
+
+    def consumer(a, w, b, rstd):
+        return gemm(a, w, b, None, rstd, None, None, "rms", "silu", False, "none", False, backend="triton")[0]
+
+    out = insert_traced(graph, consumer, nodes, before=anchor, functional=True)[0]
+    assert tuple(out.meta["val"].shape) == (M, N)
+    launches = [n for n in graph.nodes if n.target is HOP]
+    assert len(launches) == 1
+    kwargs = launches[0].kwargs["kwargs"]
+    assert kwargs["BLOCK_N"] == cfg["BLOCK_N"] and kwargs["ROW_NORM"] == eg.STATS["rms"]
+    assert sorted(k for k, v in kwargs.items() if v is nodes["a"]) == ["a_ptr"]
+    targets = {n.target for n in graph.nodes}
+    assert torch.ops.norm_fusion.epilogue_gemm.default not in targets
+    assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets

@@ -111,12 +111,14 @@ def _choose(config, **kw):
 
 
 def test_choice_between_backends(monkeypatch, tmp_path):
-    numbers = dict(triton_ms=2.70, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None)
+    numbers = dict(triton_ms=2.70, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None,
+                   triton_host_ms=0.05, quack_host_ms=0.12)
     _fake_gpu(monkeypatch, numbers)
     config = NormFusionConfig(cache_dir=str(tmp_path))
     choice = _choose(config)
     assert choice.fused and choice.implementation == "regrouped_quack"
     assert "on quack 2.3000 ms" in choice.reason and "triton 2.7000 ms" in choice.reason
+    assert "host time per op call: triton 0.0500, quack 0.1200 ms" in choice.reason
     # only the Triton backend allowed: it does not pass the margin (2.70 * 1.1 > 2.90)
     only_triton = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("triton",))
     choice = _choose(only_triton)
@@ -140,23 +142,29 @@ def test_short_gemms_stay_unfused_unless_cuda_graphs(monkeypatch, tmp_path):
     with torch._inductor.config.patch({"triton.cudagraphs": True}):
         assert _choose(config).implementation == "regrouped_quack"
     assert _choose(NormFusionConfig(cache_dir=str(tmp_path), min_kernel_ms=0.01)).fused
-    # a graph whose matmuls average more than min_kernel_ms keeps the GPU ahead of the host: the short one is taken
-    assert _choose(config, mean_gemm_ms=1.2).implementation == "regrouped_quack"
-    assert not _choose(config, mean_gemm_ms=0.1).fused
 
 
-def test_mean_gemm_time_of_a_graph():
-    """The graph-wide lower bound the host-cost rule uses: the matmuls' mean FLOPs at the peak rate."""
-    from norm_fusion_inductor import passes
-
-    def f(x, w1, w2, b):
-        return torch.addmm(b, torch.mm(x, w1), w2)
-
-    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(
-        torch.randn(4096, 1024), torch.randn(1024, 2048), torch.randn(2048, 512), torch.randn(512))
-    flops = (2 * 4096 * 1024 * 2048 + 2 * 4096 * 2048 * 512) / 2
-    assert passes._mean_gemm_ms(gm.graph) == pytest.approx(flops / selection.PEAK_FLOPS_PER_MS)
-    assert passes._mean_gemm_ms(torch.fx.Graph()) == 0.0
+def test_short_gemm_is_launched_directly_on_triton(monkeypatch, tmp_path):
+    """Where the pass can trace the launch into the graph (``direct_launch``), the Triton kernel has no op call
+    per step: a GEMM too short for the op is taken on Triton, with its tuned block config as the plan, even when
+    Quack's op would be faster on the GPU; without the config (an older cache entry) it stays unfused."""
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
+    numbers = dict(triton_ms=0.05, quack_ms=0.04, mm_ms=0.06, saved_ms=0.03, quack_reason=None, triton_config=cfg)
+    _fake_gpu(monkeypatch, numbers)
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    choice = _choose(config, direct_launch=True)
+    assert choice.implementation == "regrouped_triton" and choice.plan == cfg
+    assert "launched directly (not quack: shorter than min_kernel_ms through the op)" in choice.reason
+    assert not _choose(config).fused  # the op: host-bound
+    # long enough for the op: the faster backend, through the op
+    _fake_gpu(monkeypatch, dict(numbers, triton_ms=2.7, quack_ms=2.3, mm_ms=2.55, saved_ms=0.35))
+    choice = _choose(config, direct_launch=True)
+    assert choice.implementation == "regrouped_quack" and choice.plan is None
+    # Triton itself misses the margin: nothing to launch directly
+    _fake_gpu(monkeypatch, dict(numbers, triton_ms=0.085))
+    assert not _choose(config, direct_launch=True).fused
+    _fake_gpu(monkeypatch, dict(numbers, triton_config=None))
+    assert not _choose(config, direct_launch=True).fused
 
 
 def test_backend_option_is_checked():

@@ -308,6 +308,44 @@ def test_stream_is_written_once_for_all_its_consumers(train):
     streams = {call.split("(", 1)[1].split(",")[0].replace("reinterpret_tensor(", "").strip() for call in calls}
     assert len(calls) == 3 and len(streams) == 1, calls
 
+
+@pytest.mark.skipif(not CUDA, reason="Inductor launches the Triton kernel on the GPU")
+@pytest.mark.parametrize("train", [False, True])
+def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):
+    """With a tuned block config from the selection (faked here: every GEMM "wins"), the regrouped GEMMs on
+    Triton are launched by Inductor's generated code: no op call per step; outputs and gradients as eager's."""
+    from torch._inductor.utils import run_and_get_code
+
+    from norm_fusion_inductor import selection
+
+    def measured(site, config):
+        probe = torch.empty(1, device=DEVICE, dtype=site.dtype)
+        return dict(triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1, quack_reason="not timed in this test",
+                    triton_config=eg._configs(probe, selection._site_epilogue(site))[0])
+
+    monkeypatch.setattr(selection, "_cached_epilogue", measured)
+    torch.manual_seed(8)
+    model = MODELS["rms_swiglu"]().to(DEVICE).train(train)
+    x = torch.randn(4, 64, 32, device=DEVICE, requires_grad=train)
+    options = {"norm_fusion": {"policy": "auto", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",),
+                               "cache_dir": str(tmp_path)}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        compiled = torch.compile(model, backend="norm_fusion", options=options)
+        out, code = run_and_get_code(compiled, x)
+        ref = model(x)
+    assert rel(out, ref) < 1e-4
+    sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
+    assert sites and all(s.rewritten and "launched directly" in s.reason for s in sites), [s.line() for s in sites]
+    code = "\n".join(code)
+    assert "epilogue_gemm_kernel" in code and "torch.ops.norm_fusion.epilogue_gemm" not in code
+    if train:
+        grads = torch.autograd.grad(out.square().sum(), [x, *model.parameters()])
+        grads_ref = torch.autograd.grad(ref.square().sum(), [x, *model.parameters()])
+        assert all(rel(g, r) < 1e-4 for g, r in zip(grads, grads_ref))
+
+
 @pytest.mark.parametrize("name", ["swiglu", "ln_gelu"])
 def test_inference_keeps_folded_weights_until_the_parameters_change(name):
     """Inference (no backward): each consumer's W·γ (the SwiGLU pair interleaved; LayerNorm's u and v) is computed

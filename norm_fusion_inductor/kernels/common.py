@@ -1,4 +1,5 @@
-"""What the GEMM kernel modules share: the persistent grid's tile order, device queries, Triton's allocator."""
+"""What the GEMM kernel modules share: the persistent grid's tile order, device queries, Triton's allocator, and
+the launch from Inductor's generated code (``wrap_triton`` while a pass traces a launch into its graph)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,28 @@ def ensure_allocator() -> None:
 def m_bucket(m: int) -> int:
     """Tuning key for M: one tuning per power of two, so varying batch sizes do not retune every call."""
     return 1 << max(m - 1, 0).bit_length()
+
+
+def traced(t: torch.Tensor) -> bool:
+    """Whether a pass is tracing a launch into its graph (fake/functional tensors) rather than running it."""
+    return isinstance(t, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor))
+
+
+def launcher(kernel, t: torch.Tensor):
+    """The kernel itself on real tensors; wrapped by ``torch.library.wrap_triton`` while a pass traces the launch
+    into its graph, so that Inductor's generated code launches it (no Python op per call)."""
+    return torch.library.wrap_triton(kernel) if traced(t) else kernel
+
+
+def unused_pointer(t: torch.Tensor) -> torch.Tensor:
+    """A buffer for the pointer arguments a launch's flags leave untouched. Never an operand: under
+    ``wrap_triton`` every pointer the kernel stores to counts as mutated, and a mutated operand is cloned."""
+    return t.new_empty(16)
+
+
+def aligned16(t: torch.Tensor) -> bool:
+    """Whether t's first element is 16-byte aligned (TMA). While traced, from its storage offset: Inductor's
+    buffers start aligned and it copies a misaligned graph input before the call."""
+    if traced(t):
+        return (t.storage_offset() * t.element_size()) % 16 == 0
+    return t.data_ptr() % 16 == 0

@@ -79,6 +79,7 @@ from .common import interpret_mode as _env_interpret
 from .common import m_bucket as _bucket
 from .common import num_sms as _num_sms
 from .common import tile_coords
+from .common import launcher, unused_pointer
 
 
 @triton.jit
@@ -399,23 +400,6 @@ _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_st
                            WARP_SPECIALIZE=False, FLATTEN=False)
 
 
-def _traced(x: torch.Tensor) -> bool:
-    """Whether the pass is tracing the op into its graph (fake/functional tensors) rather than running it."""
-    return isinstance(x, (torch._subclasses.FakeTensor, torch._subclasses.functional_tensor.FunctionalTensor))
-
-
-def _unused(x: torch.Tensor) -> torch.Tensor:
-    """A pointer argument the launch's flags leave untouched: a buffer of its own, never x (module comment in
-    ``_launch``)."""
-    return x.new_empty(16)
-
-
-def _launcher(kernel, x: torch.Tensor):
-    """The kernel itself when called on real tensors; wrapped by ``torch.library.wrap_triton`` while Inductor's
-    pass traces the op into its graph, so the generated code launches it directly."""
-    return torch.library.wrap_triton(kernel) if _traced(x) else kernel
-
-
 _TUNED: dict = {}
 
 
@@ -452,9 +436,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
     dot_precision = "ieee"
     if x.dtype == torch.float32 and x.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
-    # never read or written (the flags that would touch it are off), but its own buffer: under wrap_triton the
-    # kernel's stores make every pointer argument count as mutated, and a mutated x would be cloned per launch
-    dummy = _unused(x)
+    dummy = unused_pointer(x)  # never read or written: the flags that would touch it are off
     post_args = (dummy,) * 7
     options = {}
     stride = num_sms  # the persistent loop's stride; a grid smaller than it runs one round
@@ -476,7 +458,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
                      partials, counts,
                      post.residual_out if post.residual_out is not None else dummy)
         mean = post.mean
-    _launcher(norm_gemm_kernel, x)[(grid_size,)](
+    launcher(norm_gemm_kernel, x)[(grid_size,)](
         x, w, out,
         *(t if t is not None else dummy for t in (gamma, bias, rstd, mean, u)),
         *post_args,
@@ -501,8 +483,8 @@ def _row_stats(x, rstd, mean, eps):
     M, K = x.shape
     block_k = min(triton.next_power_of_2(K), 1024 if x.is_cuda else 32)
     block_m = 8 if x.is_cuda else 4
-    _launcher(row_stats_kernel, x)[(triton.cdiv(M, block_m),)](
-        x, mean if mean is not None else _unused(x), rstd, M, K, x.stride(0), 1.0 / K, eps, CENTER=mean is not None,
+    launcher(row_stats_kernel, x)[(triton.cdiv(M, block_m),)](
+        x, mean if mean is not None else unused_pointer(x), rstd, M, K, x.stride(0), 1.0 / K, eps, CENTER=mean is not None,
         BLOCK_M=block_m, BLOCK_K=block_k, num_warps=8 if x.is_cuda else 1)
 
 

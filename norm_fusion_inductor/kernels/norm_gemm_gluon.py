@@ -71,6 +71,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from . import tuning
 from .launch import cached_launch as _cached_launch
+from .common import traced
 
 NO_STATS, RMS_STATS, LN_STATS = 0, 1, 2
 
@@ -688,12 +689,10 @@ def launch(x, w, out, cfg, *, row_stats=NO_STATS, row_scale=False, bias=None, rs
     While the pass traces a plan into the graph (fake tensors, ops.trace_direct_launch) this records the launch
     op below instead: Inductor cannot emit a Gluon kernel into its generated code, so the graph calls this thin
     op, and everything around the kernel (W·γ, u, v) stays in the graph for Inductor to compile."""
-    from . import norm_gemm
-
     args = (x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, cfg["BLOCK_M"], cfg["BLOCK_N"],
             cfg["BLOCK_K"], cfg["NUM_BUFFERS"], cfg["GROUP_M"], cfg["num_warps"], int(cfg.get("warp_specialize", 0)),
             bool(w_kn), post_norm, residual, gamma, beta, z, residual_out)
-    if norm_gemm._traced(x) or _THROUGH_OP:
+    if traced(x) or _THROUGH_OP:
         torch.ops.norm_fusion.gluon_norm_gemm(*args)
     else:
         _launch_kernel(*args)

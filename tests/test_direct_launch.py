@@ -212,7 +212,7 @@ def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
     op call and no matmul left for Inductor."""
     from norm_fusion_inductor import regrouped
     from norm_fusion_inductor.kernels import epilogue_gemm as eg
-    from patterns.regrouped_norm import insert_traced
+    from norm_fusion_inductor.patterns.regrouped_norm import insert_traced
 
     monkeypatch.setattr(eg, "_num_sms", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
@@ -242,3 +242,74 @@ def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
     targets = {n.target for n in graph.nodes}
     assert torch.ops.norm_fusion.epilogue_gemm.default not in targets
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
+
+
+@pytest.mark.parametrize("role", ["consumer", "producer"])
+def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, role):
+    """The traced launch's wiring (strides, flags, grid, the outputs it returns), run: the graph traced with fake
+    CPU tensors, its kernel then swapped for the interpreter's, and executed on fresh operands (outputs poisoned
+    with NaN) against float64. Consumer: out = silu(rstd · (a Wᵀ) + b); producer: z = a Wᵀ + b + r and the rstd
+    of z finished from the kernel's partial sums."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from triton.runtime.jit import JITFunction
+
+    from norm_fusion_inductor import regrouped
+    from norm_fusion_inductor.kernels import common
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
+    from norm_fusion_inductor.patterns.regrouped_norm import insert_traced
+
+    interpreted = {}  # (module, name) -> the interpreter's function; compiled ones while tracing
+    for module in (eg, common):
+        for name, kernel in vars(module).items():
+            if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
+                interpreted[module, name] = kernel
+                monkeypatch.setattr(module, name, JITFunction(kernel.fn))
+    if not interpreted:
+        pytest.skip("needs the Triton interpreter (the CPU suite's conftest turns it on)")
+    M, K, N = 37, 48, 80
+    mode = torch._subclasses.FakeTensorMode()
+    with mode:
+        fakes = dict(a=torch.empty(M, K), w=torch.empty(N, K), b=torch.empty(N), rstd=torch.empty(M),
+                     r=torch.empty(M, N))
+    graph = torch.fx.Graph()
+    nodes = {}
+    for name, val in fakes.items():
+        nodes[name] = graph.placeholder(name)
+        nodes[name].meta["val"] = val
+    anchor = graph.output(None)
+    gemm = regrouped.gemm_call(dict(eg.INTERPRETER_CONFIG))
+
+    def consumer(a, w, b, rstd, r):
+        return gemm(a, w, b, None, rstd, None, None, "rms", "silu", False, "none", False, backend="triton")[0]
+
+    def producer(a, w, b, rstd, r):
+        z, _, partials = gemm(a, w, b, r, None, None, None, "none", "none", False, "rms", False)
+        return z, regrouped.finish_stats(partials, N, 1e-6, "rms")[0]
+
+    anchor.args = (tuple(insert_traced(graph, consumer if role == "consumer" else producer, nodes, before=anchor,
+                                       functional=True)),)
+    for (module, name), kernel in interpreted.items():
+        monkeypatch.setattr(module, name, kernel)
+    for node in graph.nodes:
+        if node.target is HOP:
+            traced = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])  # (wrapped with its launch options)
+            monkeypatch.setitem(kernel_side_table.id_to_kernel, node.kwargs["kernel_idx"],
+                                interpreted[eg, traced.fn.__name__])
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    torch.manual_seed(11)
+    a, w, b, r = torch.randn(M, K), torch.randn(N, K) / K ** 0.5, torch.randn(N), torch.randn(M, N)
+    rstd = torch.rand(M) + 0.5
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *s, **k: real_empty(*s, **k).fill_(float("nan"))
+                        if k.get("dtype", torch.float32).is_floating_point else real_empty(*s, **k))
+    outs = gm(a, w, b, rstd, r)
+    mm = a.double() @ w.double().t()
+    if role == "consumer":
+        refs = [torch.nn.functional.silu(mm * rstd.double()[:, None] + b.double())]
+    else:
+        z = mm + b.double() + r.double()
+        refs = [z, torch.rsqrt(z.square().mean(-1) + 1e-6)]
+    assert len(outs) == len(refs)
+    for out, ref in zip(outs, refs):
+        assert not out.isnan().any()
+        assert ((out.double().reshape(ref.shape) - ref).norm() / ref.norm()).item() < 1e-5

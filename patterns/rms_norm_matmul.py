@@ -51,6 +51,15 @@ def gemma(x, weight, eps):
     return (h * weight).type_as(x)
 
 
+def olmo2(x, weight, eps):
+    """transformers' Olmo2RMSNorm: the weight applied before the downcast, in the input's dtype (so the product
+    is in fp32 for 16-bit models)."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * h).to(dtype)
+
+
 def torch_rms_norm(x, weight, eps):
     """F.rms_norm / nn.RMSNorm."""
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
@@ -66,6 +75,7 @@ FORMS = {
     "hf_llama_no_weight": (hf_llama_no_weight, ()),
     "t5": (t5, ("input",)),
     "gemma": (gemma, (torch.float32,)),
+    "olmo2": (olmo2, ("input",)),
     "torch_rms_norm": (torch_rms_norm, ("input",)),
     "torch_rms_norm_no_weight": (torch_rms_norm_no_weight, ()),
 }

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .kernels import epilogue_gemm as kernel
-from .kernels.common import aligned16
 from .kernels import quack_epilogue_gemm as quack_kernel
+from .kernels.common import aligned16
 from .ops import STREAM_INPUT_TAGS
 from .report import log
 

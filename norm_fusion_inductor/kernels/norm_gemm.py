@@ -78,8 +78,7 @@ from .common import ensure_allocator as _ensure_allocator
 from .common import interpret_mode as _env_interpret
 from .common import m_bucket as _bucket
 from .common import num_sms as _num_sms
-from .common import tile_coords
-from .common import launcher, unused_pointer
+from .common import launcher, tile_coords, unused_pointer
 
 
 @triton.jit
@@ -484,8 +483,8 @@ def _row_stats(x, rstd, mean, eps):
     block_k = min(triton.next_power_of_2(K), 1024 if x.is_cuda else 32)
     block_m = 8 if x.is_cuda else 4
     launcher(row_stats_kernel, x)[(triton.cdiv(M, block_m),)](
-        x, mean if mean is not None else unused_pointer(x), rstd, M, K, x.stride(0), 1.0 / K, eps, CENTER=mean is not None,
-        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=8 if x.is_cuda else 1)
+        x, mean if mean is not None else unused_pointer(x), rstd, M, K, x.stride(0), 1.0 / K, eps,
+        CENTER=mean is not None, BLOCK_M=block_m, BLOCK_K=block_k, num_warps=8 if x.is_cuda else 1)
 
 
 def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None, w_kn=False):

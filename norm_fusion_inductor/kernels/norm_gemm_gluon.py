@@ -70,8 +70,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import tuning
-from .launch import cached_launch as _cached_launch
 from .common import traced
+from .launch import cached_launch as _cached_launch
 
 NO_STATS, RMS_STATS, LN_STATS = 0, 1, 2
 

@@ -244,12 +244,32 @@ def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
 
 
-@pytest.mark.parametrize("role", ["consumer", "producer"])
-def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, role):
+def _operands(M, K, N, D):
+    """Fresh operands for each epilogue piece (N output columns; 2N interleaved for a gated pair)."""
+    return dict(a=torch.randn(M, K), w=torch.randn(N, K) / K ** 0.5, w2=torch.randn(2 * N, K) / K ** 0.5,
+                bias=torch.randn(N), residual=torch.randn(M, N), scale=torch.rand(M) + 0.5, shift=torch.randn(M),
+                u=torch.randn(N), head_weight=torch.rand(D) + 0.5, cos=torch.rand(M, D), sin=torch.rand(M, D))
+
+
+# each case: the op's arguments (names of _operands, then the flags) and the outputs compared
+TRACED_CASES = {
+    "rms_silu": dict(args=("a", "w", "bias", None, "scale", None, None), flags=("rms", "silu", False, "none")),
+    "ln_gelu_aux": dict(args=("a", "w", "bias", None, "scale", "shift", "u"), flags=("ln", "gelu", True, "none")),
+    "swiglu": dict(args=("a", "w2", None, None, "scale", None, None), flags=("rms", "silu_mul", False, "none")),
+    "producer_rms": dict(args=("a", "w", "bias", "residual", None, None, None),
+                         flags=("none", "none", False, "rms")),
+    "producer_ln": dict(args=("a", "w", "bias", "residual", None, None, None), flags=("none", "none", False, "ln")),
+    "qk_norm_rope": dict(args=("a", "w", None, None, "scale", None, None), flags=("rms", "none", False, "none"),
+                         head=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRACED_CASES))
+def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case):
     """The traced launch's wiring (strides, flags, grid, the outputs it returns), run: the graph traced with fake
     CPU tensors, its kernel then swapped for the interpreter's, and executed on fresh operands (outputs poisoned
-    with NaN) against float64. Consumer: out = silu(rstd · (a Wᵀ) + b); producer: z = a Wᵀ + b + r and the rstd
-    of z finished from the kernel's partial sums."""
+    with NaN) against the op's torch reference on float64 operands (``regrouped.reference``): out, aux and the
+    statistics partials."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
     from triton.runtime.jit import JITFunction
 
@@ -266,28 +286,29 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, role):
                 monkeypatch.setattr(module, name, JITFunction(kernel.fn))
     if not interpreted:
         pytest.skip("needs the Triton interpreter (the CPU suite's conftest turns it on)")
-    M, K, N = 37, 48, 80
+    spec = TRACED_CASES[case]
+    M, K, N, D = 37, 48, 64, 16
+    torch.manual_seed(11)
+    reals = _operands(M, K, N, D)
+    names = [n for n in spec["args"] if n is not None] + (["head_weight", "cos", "sin"] if spec.get("head") else [])
     mode = torch._subclasses.FakeTensorMode()
-    with mode:
-        fakes = dict(a=torch.empty(M, K), w=torch.empty(N, K), b=torch.empty(N), rstd=torch.empty(M),
-                     r=torch.empty(M, N))
     graph = torch.fx.Graph()
     nodes = {}
-    for name, val in fakes.items():
+    for name in names:
         nodes[name] = graph.placeholder(name)
-        nodes[name].meta["val"] = val
+        nodes[name].meta["val"] = mode.from_tensor(reals[name])
     anchor = graph.output(None)
-    gemm = regrouped.gemm_call(dict(eg.INTERPRETER_CONFIG))
+    gemm = regrouped.gemm_call(dict(eg.INTERPRETER_CONFIG, BLOCK_N=32))
 
-    def consumer(a, w, b, rstd, r):
-        return gemm(a, w, b, None, rstd, None, None, "rms", "silu", False, "none", False, backend="triton")[0]
+    def call(op, **tensors):
+        args = [tensors[n] if n is not None else None for n in spec["args"]]
+        head = {}
+        if spec.get("head"):
+            head = dict(head_dim=D, head_weight=tensors["head_weight"], head_eps=1e-6, rope_cos=tensors["cos"],
+                        rope_sin=tensors["sin"])
+        return op(*args, *spec["flags"], False, backend="triton", **head)
 
-    def producer(a, w, b, rstd, r):
-        z, _, partials = gemm(a, w, b, r, None, None, None, "none", "none", False, "rms", False)
-        return z, regrouped.finish_stats(partials, N, 1e-6, "rms")[0]
-
-    anchor.args = (tuple(insert_traced(graph, consumer if role == "consumer" else producer, nodes, before=anchor,
-                                       functional=True)),)
+    anchor.args = (tuple(insert_traced(graph, lambda **t: call(gemm, **t), nodes, before=anchor, functional=True)),)
     for (module, name), kernel in interpreted.items():
         monkeypatch.setattr(module, name, kernel)
     for node in graph.nodes:
@@ -296,20 +317,21 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, role):
             monkeypatch.setitem(kernel_side_table.id_to_kernel, node.kwargs["kernel_idx"],
                                 interpreted[eg, traced.fn.__name__])
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    torch.manual_seed(11)
-    a, w, b, r = torch.randn(M, K), torch.randn(N, K) / K ** 0.5, torch.randn(N), torch.randn(M, N)
-    rstd = torch.rand(M) + 0.5
+    wide = {k: v.double() for k, v in reals.items()}
+    args = [wide[n] if n is not None else None for n in spec["args"]]
+    row_norm, activation, write_aux, stats = spec["flags"]
+    head = spec.get("head", False)
+    epilogue = regrouped._epilogue(row_norm, activation, write_aux, stats, args[2] is not None, args[3] is not None,
+                                   "none", D if head else 0, head)
+    head_norm = eg.HeadNorm(wide["head_weight"], 1e-6, wide["cos"], wide["sin"]) if head else None
+    refs = regrouped.reference(*args, epilogue, False, None, head_norm)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *s, **k: real_empty(*s, **k).fill_(float("nan"))
                         if k.get("dtype", torch.float32).is_floating_point else real_empty(*s, **k))
-    outs = gm(a, w, b, rstd, r)
-    mm = a.double() @ w.double().t()
-    if role == "consumer":
-        refs = [torch.nn.functional.silu(mm * rstd.double()[:, None] + b.double())]
-    else:
-        z = mm + b.double() + r.double()
-        refs = [z, torch.rsqrt(z.square().mean(-1) + 1e-6)]
-    assert len(outs) == len(refs)
+    outs = gm(*(reals[n] for n in names))
+    assert len(outs) == len(refs) == 3
     for out, ref in zip(outs, refs):
-        assert not out.isnan().any()
-        assert ((out.double().reshape(ref.shape) - ref).norm() / ref.norm()).item() < 1e-5
+        assert out.shape == ref.shape
+        if ref.numel():
+            assert not out.isnan().any()
+            assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-5

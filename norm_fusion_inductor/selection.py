@@ -767,13 +767,19 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     from .kernels import quack_epilogue_gemm as qg
 
     quack = qg.version() if qg.missing_reason() is None else "no quack"
+    # an op call is chosen only where it runs min_kernel_ms or longer (without CUDA graphs) and beats the bound
+    # by min_speedup: under min_kernel_ms × min_speedup of bound, Quack (an op) cannot win and is not compiled
+    op_floor_ms = 0.0 if torch._inductor.config.triton.cudagraphs else config.min_kernel_ms * config.min_speedup
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
-                                      eg.m_bucket(site.M), *dataclasses.astuple(site)[1:]))
-    return _disk_cached(key, config, lambda: _measure_epilogue(site))
+                                      eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], f"{op_floor_ms:g}"))
+    return _disk_cached(key, config, lambda: _measure_epilogue(site, op_floor_ms))
 
 
-def _measure_epilogue(site: EpilogueSite) -> dict:
+def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
+    """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
+    the Triton kernel's tuned config and each op's host time. Quack, whose JIT costs seconds per GEMM, is timed
+    only where the bound (cuBLAS + saved bytes) exceeds ``op_floor_ms``, below which an op cannot be chosen."""
     from triton.testing import do_bench_cudagraph
 
     from . import regrouped
@@ -809,8 +815,14 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
     src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
     dst = torch.empty_like(src)
     fns = {"triton_ms": on("triton"), "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
-    times = {}
+    for fn in fns.values():
+        fn()  # the Triton kernel tunes and compiles outside the graph capture
+    times = {name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()}
     quack_reason = _quack_reason(site, a, w)
+    bound = times["mm_ms"] + times["saved_ms"]
+    if quack_reason is None and bound <= op_floor_ms:
+        quack_reason = (f"not compiled: an op call cannot win where the unfused bound ({bound:.4f} ms) is under "
+                        f"min_kernel_ms × min_speedup ({op_floor_ms:.4f} ms)")
     if quack_reason is None:
         failed = set(regrouped.QUACK_FAILED)
         on("quack")()  # JIT-compiles and autotunes (seconds) outside the graph capture; a failure falls back
@@ -819,10 +831,8 @@ def _measure_epilogue(site: EpilogueSite) -> dict:
             quack_reason = new[0]
         else:
             fns["quack_ms"] = on("quack")
+            times["quack_ms"] = do_bench_cudagraph(fns["quack_ms"], rep=30, return_mode="median")
     times["quack_reason"] = quack_reason
-    for fn in fns.values():
-        fn()  # the Triton kernel tunes and compiles outside the graph capture
-    times.update({name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()})
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     for name in ("triton", "quack"):  # the op call's host time, logged with the choice (not yet priced)
         if f"{name}_ms" in fns:

@@ -167,6 +167,23 @@ def test_short_gemm_is_launched_directly_on_triton(monkeypatch, tmp_path):
     assert not _choose(config, direct_launch=True).fused
 
 
+@pytest.mark.parametrize("op_floor_ms, compiled", [(0.1575, False), (0.0, True)])
+def test_quack_is_not_compiled_where_an_op_cannot_win(monkeypatch, op_floor_ms, compiled):
+    """The measurement compiles Quack (seconds of JIT per GEMM) only where its op could be chosen: a bound
+    (cuBLAS + saved bytes, here 0.05 + 0.05 ms) under min_kernel_ms × min_speedup cannot be beaten by an op
+    call that must itself run min_kernel_ms. Timings faked; the GEMMs run on the CPU."""
+    import triton.testing
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: (fn(), 0.05)[1])
+    monkeypatch.setattr(selection, "_host_ms", lambda fn: 0.0)
+    monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    site = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
+                                  False, False, 4096)
+    times = selection._measure_epilogue(site, op_floor_ms)
+    assert ("quack_ms" in times) is compiled
+    assert compiled or times["quack_reason"].startswith("not compiled: an op call cannot win"), times
+
+
 def test_backend_option_is_checked():
     with pytest.raises(ValueError, match="gemm_backends.*'cutlass'"):
         NormFusionConfig(gemm_backends=("triton", "cutlass"))

@@ -207,9 +207,7 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         return Choice(False, "unfused", detail)
     if config.compiled_check and _host_bound_risk(t, plan):  # the real fused graph decides
         return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
-    # the spin exchange runs through the op whatever the launch option (patterns.common._direct_launch_rejection)
-    through_op = config.launch == "op" or (plan is not None and plan[0] == "spin")
-    if through_op and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
+    if config.launch == "op" and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
     return Choice(True, "fused_triton", f"{detail}; plan {_plan_name(plan)}", plan)
@@ -318,7 +316,7 @@ def _post_inputs(site: MatmulSite) -> dict:
 
 
 def _tune(site: MatmulSite, inputs: Optional[dict] = None, gluon: bool = True) -> dict:
-    """{"plan": the fastest (prologue or exchange, block config) of the fused kernel for this site, by GPU time};
+    """{"plan": the fastest (prologue or post-norm plan, block config) of the fused kernel for this site, by GPU time};
     ``gluon=False``: of the plans Inductor launches itself (the Triton mainloop)."""
     if site.position == "post":
         t = inputs or _post_inputs(site)

@@ -410,8 +410,6 @@ def _direct_launch_rejection(args: tuple, choice, config, eps_arg: int = -2) -> 
         return "launch='op'"
     if choice.implementation != "fused_triton" or choice.plan is None:
         return "no tuned kernel plan"
-    if choice.plan[0] == "spin":
-        return "the spin exchange needs a cooperative launch, which Inductor's launcher does not make"
     if isinstance(args[eps_arg], Node):
         return "eps is a graph tensor"
     x = args[0].meta["val"]

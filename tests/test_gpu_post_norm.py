@@ -1,8 +1,7 @@
-"""GPU tests of the post-norm epilogue (matmul → norm): every plan against float64, a stress test of the
-exchanges (many launches, many shapes: no hang, no wrong row), and the plugin end to end. Skipped without CUDA."""
+"""GPU tests of the post-norm epilogue (matmul → norm, whole rows in a tile): every plan against float64, and
+the plugin end to end. Skipped without CUDA."""
 
 import copy
-import random
 
 import pytest
 import torch
@@ -29,12 +28,10 @@ def _operands(M, K, N, dtype, shift=0.0, seed=0):
 
 
 def _plans(x, N):
-    """The tuning candidates, and the last-arriver exchange (a candidate only where the spin cannot run)."""
+    """The tuning candidates (the Triton row plans)."""
     plans = norm_gemm._post_candidate_plans(x, N)
-    assert "spin" in {p[0] for p in plans}
-    last = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_stages=4, num_warps=8, WARP_SPECIALIZE=False,
-                FLATTEN=False)
-    return plans + [("last", last)]
+    assert plans
+    return plans
 
 
 def _check(plan, operands, layer_norm, write_z, floor, residual_out=None):
@@ -61,7 +58,7 @@ def _check(plan, operands, layer_norm, write_z, floor, residual_out=None):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-@pytest.mark.parametrize("M,K,N", [(1000, 256, 256), (4096, 512, 768), (2048, 1024, 4096), (333, 64, 200)])
+@pytest.mark.parametrize("M,K,N", [(1000, 256, 256), (4096, 512, 128), (2048, 1024, 256), (333, 64, 200)])
 def test_every_plan_matches_float64(dtype, layer_norm, M, K, N):
     operands = _operands(M, K, N, dtype, seed=M + N)
     residual_out = torch.randn(M, N, device="cuda").to(dtype)
@@ -74,25 +71,9 @@ def test_every_plan_matches_float64(dtype, layer_norm, M, K, N):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shift", [100.0, 1000.0])
 def test_layer_norm_shifted_rows_within_unfused_error(dtype, shift):
-    operands = _operands(2048, 512, 1024, dtype, shift=shift, seed=int(shift))
-    for plan in _plans(operands[0], 1024):
+    operands = _operands(2048, 512, 256, dtype, shift=shift, seed=int(shift))
+    for plan in _plans(operands[0], 256):
         _check(plan, operands, True, False, floor=1e-3)
-
-
-def test_exchange_stress():
-    """The exchanges on many shapes (partial row blocks, grids of one to many rounds, 2 to 32 N tiles), many
-    launches each: any hang stops the run, any row that read a stale or missing partial fails it."""
-    rng = random.Random(0)
-    for i in range(60):
-        M = rng.choice([1, 7, 128, 129, 1000, 5000, 20000])
-        N = rng.choice([256, 384, 768, 2048, 4096])
-        K = rng.choice([64, 256])
-        layer_norm = bool(i % 2)
-        operands = _operands(M, K, N, torch.bfloat16, seed=i)
-        for plan in _plans(operands[0], N):
-            if plan[0] in ("spin", "last"):
-                _check(plan, operands, layer_norm, write_z=bool(i % 3 == 0), floor=2e-3)
-    torch.cuda.synchronize()
 
 
 class BertOutput(nn.Module):
@@ -112,7 +93,7 @@ class BertOutput(nn.Module):
 @pytest.mark.parametrize("train", [False, True])
 def test_plugin_end_to_end(norm, launch, train):
     torch.manual_seed(0)
-    d, inner = 768, 1024
+    d, inner = 256, 1024  # the post-norm epilogue holds whole rows: N ≤ 256
     m = BertOutput(d, inner, norm).cuda()
     with torch.no_grad():
         m.norm.weight.uniform_(0.5, 1.5)

@@ -343,7 +343,7 @@ def _norm_gemm(ng):
     ng.rms_norm_matmul(x32, _empty(K, dtype=torch.float32), _empty(N, K, dtype=torch.float32), None, eps,
                        plan=ng._candidate_plans(x32)[0])
 
-    # the row-norm epilogues, with two complementary sets of flags (a: even plans, b: odd ones, both for "last")
+    # the row-norm epilogues, with two complementary sets of flags (a: even plans, b: odd ones)
     post_a = dict(layer_norm=True, bias=True, residual=True, write_z=True, norm_weight=True, norm_bias=True,
                   residual_out=False, w_kn=False)
     post_b = dict(layer_norm=False, bias=False, residual=False, write_z=False, norm_weight=False, norm_bias=False,
@@ -355,11 +355,10 @@ def _norm_gemm(ng):
                        layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=w_kn,
                        residual_out=_empty(M, n) if residual_out else None)
 
-    # every plan the GPU tunes over, at widths 256 (whole-row tiles; spin over 2 tiles), 1024 (spin) and 40960
-    # (more N tiles than SMs: last-arriver, the only plan there); post-norm on the output rows
-    for width in (256, 1024, 40960):
-        for i, plan in enumerate(ng._post_candidate_plans(x, width)):
-            for flags in (post_a, post_b) if plan[0] == "last" else [(post_a, post_b)[i % 2]]:
+    # every plan the GPU tunes over, at widths 256 and 96 (whole rows per tile), both flag sets on each
+    for width in (256, 96):
+        for plan in ng._post_candidate_plans(x, width):
+            for flags in (post_a, post_b):
                 post(width, plan, **flags)
 
 

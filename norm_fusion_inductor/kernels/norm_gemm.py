@@ -38,21 +38,11 @@ Post-norm (design.md §1.3), the norm of the GEMM's output row, z = x Wᵀ + b (
 (+ residual_out, a residual added after the norm: x + norm(o_proj(a)) in sandwich-norm models.)
 
 The epilogue adds the residual tile, optionally stores z (the residual stream, or what the backward reads), and
-needs the statistics of whole rows while a CTA holds a BLOCK_M × BLOCK_N tile of them. Three ways (EXCHANGE):
-
-* 0, "row": BLOCK_N ≥ N, the tile is the whole row; the statistics are exact two-pass sums in registers.
-* 1, "spin": the CTAs holding the N tiles of a row block exchange per-row partial statistics through global
-  memory and each normalizes its own tile in registers — the output is written once. Each CTA stores its
-  partials (Σz and Σ(z − tile mean)² for LayerNorm, combined with Chan's formula so nothing cancels; Σz² for
-  RMSNorm), increments the row block's counter (release) and spins until it reads T, the number of N tiles
-  (acquire). Deadlock-free by construction: tiles are ordered row block by row block, the persistent grid is a
-  multiple of T (so the T tiles of a row block run in the same round, on T different CTAs), and the launch is
-  cooperative (CUDA launches it only if every CTA of the grid is resident at once, else it fails — it never
-  waits for a CTA that cannot run).
-* 2, "last": no waiting at all. Each CTA stores its unnormalized z tile and partials and increments the counter;
-  the CTA that brings it to T normalizes the whole row block (z re-read from L2). Runs under any launch
-  (Inductor's direct launch, the CPU interpreter, which runs programs one after another and cannot run a spin);
-  costs a round trip of z through L2 and leaves the row block's normalization to one CTA.
+needs the statistics of whole rows: the tile holds them (BLOCK_N ≥ N, so N ≤ 256, TMA's largest box), and the
+statistics are exact two-pass sums in registers. Wider rows are the regrouped rewrite's (the producer GEMM writes
+per-tile partial sums in its epilogue, the readers normalize on load: epilogue_gemm.py); the cross-CTA exchanges
+this kernel had for them (a cooperative spin, a last-arriver pass) measured slower than the unfused graph at
+every N > 256 on the H200 and were removed.
 
 The GEMM is Triton's persistent tensor-descriptor matmul: a grid of at most NUM_SMS programs, each walking
 output tiles in grouped (GROUP_M) order so consecutive tiles share A/B in L2. With ROW_STATS=False and
@@ -84,7 +74,7 @@ from .common import launcher, tile_coords, unused_pointer
 @triton.jit
 def norm_gemm_kernel(
     x_ptr, w_ptr, out_ptr, gamma_ptr, bias_ptr, rstd_ptr, mean_ptr, u_ptr,
-    res_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr, count_ptr, res_out_ptr,
+    res_ptr, z_ptr, post_w_ptr, post_b_ptr, res_out_ptr,
     M, N, K, inv_k, eps,
     stride_xm, stride_wn, stride_om,
     ROW_STATS: tl.constexpr,  # accumulate Σx² and scale rows by rstd (RMSNorm prologue)
@@ -100,8 +90,6 @@ def norm_gemm_kernel(
     WRITE_Z: tl.constexpr,  # store z [M, N] (row stride stride_om)
     HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
     HAS_RESIDUAL_OUT: tl.constexpr,  # y = norm(z) + residual_out [M, N] (a residual added after the norm)
-    EXCHANGE: tl.constexpr,  # 0 row, 1 spin, 2 last (module doc)
-    TILES_POW2: tl.constexpr,  # next power of two ≥ the number of N tiles (the exchange reads all partials at once)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K tile reaches past K
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
@@ -203,95 +191,35 @@ def norm_gemm_kernel(
             bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
             acc = acc + bias[None, :]
         if POST_NORM != 0:
-            _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr,
-                                part_ptr, count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n,
-                                num_pid_n, M, N, eps, stride_om, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z,
-                                HAS_POST_WEIGHT, HAS_POST_BIAS, HAS_RESIDUAL_OUT, EXCHANGE, TILES_POW2,
-                                BLOCK_M, BLOCK_N)
+            _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, post_w_ptr, post_b_ptr, rstd_ptr,
+                                mean_ptr, off_m, off_n, M, N, eps, POST_NORM == 2, HAS_RESIDUAL, WRITE_Z, HAS_POST_WEIGHT,
+                                HAS_POST_BIAS, HAS_RESIDUAL_OUT, BLOCK_M, BLOCK_N)
         else:
             o_desc.store([off_m, off_n], acc.to(dtype))
 
 
 @triton.jit
-def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, z_ptr, post_w_ptr, post_b_ptr, part_ptr,
-                        count_ptr, res_out_ptr, rstd_ptr, mean_ptr, off_m, off_n, pid_m, pid_n, num_pid_n, M, N, eps,
-                        stride_om, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_Z: tl.constexpr,
-                        HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr, HAS_RESIDUAL_OUT: tl.constexpr,
-                        EXCHANGE: tl.constexpr, TILES_POW2: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
-    """z = acc (+ residual) → y = norm(z) over whole rows, stored; see the module doc for the EXCHANGE modes."""
+def _post_norm_epilogue(acc, o_desc, r_desc, z_desc, ro_desc, out_ptr, post_w_ptr, post_b_ptr, rstd_ptr, mean_ptr,
+                        off_m, off_n, M, N, eps, LAYER_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                        WRITE_Z: tl.constexpr, HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
+                        HAS_RESIDUAL_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """z = acc (+ residual) → y = norm(z) over whole rows (the tile holds them), stored with the statistics."""
     dtype = out_ptr.dtype.element_ty
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
-    tile = offs_m[:, None] * stride_om + offs_n[None, :]
     in_tile = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_RESIDUAL:
         acc += r_desc.load([off_m, off_n]).to(tl.float32)
     z = tl.where(in_tile, acc, 0.0)
     if WRITE_Z:
-        if EXCHANGE == 2:  # the last CTA reads it back: plain stores, published by the release below
-            tl.store(z_ptr + tile, z.to(dtype), mask=in_tile)
-        else:
-            z_desc.store([off_m, off_n], z.to(dtype))
-    if EXCHANGE == 0:  # the tile holds whole rows
-        mean, var = _tile_moments(z, offs_n, N, LAYER_NORM)
-    else:
-        if EXCHANGE == 2 and not WRITE_Z:  # park the unnormalized tile where y goes; the last CTA reads it back
-            tl.store(out_ptr + tile, z.to(dtype), mask=in_tile)
-        tile_sum, tile_m2 = _tile_partials(z, offs_n, N, LAYER_NORM)
-        arrived = _exchange(part_ptr, count_ptr, tile_sum, tile_m2, pid_m, pid_n, num_pid_n, offs_m, M, EXCHANGE)
-        if EXCHANGE == 1:
-            mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
-    if EXCHANGE != 2:
-        rstd = tl.math.rsqrt(var + eps)
-        if pid_n == 0:
-            _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
-        y = _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM, HAS_POST_WEIGHT, HAS_POST_BIAS)
-        if HAS_RESIDUAL_OUT:
-            y += ro_desc.load([off_m, off_n]).to(tl.float32)
-        o_desc.store([off_m, off_n], y.to(dtype))
-    elif arrived == num_pid_n:  # the last CTA of this row block normalizes all of it
-        mean, var = _combine_partials(part_ptr, offs_m, M, N, num_pid_n, BLOCK_N, TILES_POW2, LAYER_NORM)
-        rstd = tl.math.rsqrt(var + eps)
-        _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
-        src_ptr = z_ptr if WRITE_Z else out_ptr
-        for t in range(num_pid_n):
-            cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
-            t_tile = offs_m[:, None] * stride_om + cols[None, :]
-            t_mask = (offs_m[:, None] < M) & (cols[None, :] < N)
-            z_t = tl.load(src_ptr + t_tile, mask=t_mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-            y = _normalize(z_t, mean, rstd, post_w_ptr, post_b_ptr, cols, N, LAYER_NORM, HAS_POST_WEIGHT,
-                           HAS_POST_BIAS)
-            if HAS_RESIDUAL_OUT:
-                y += tl.load(res_out_ptr + t_tile, mask=t_mask, other=0.0).to(tl.float32)
-            tl.store(out_ptr + t_tile, y.to(dtype), mask=t_mask)
-
-
-@triton.jit
-def _exchange(part_ptr, count_ptr, p0, p1, pid_m, pid_n, num_pid_n, offs_m, M, EXCHANGE: tl.constexpr):
-    """Publish this N tile's two per-row partials ([2, num N tiles, M] fp32) and arrive at the row block's
-    counter; with the spin exchange wait until every N tile of the row block has arrived (module doc).
-    Returns the count this CTA saw: num_pid_n for the last to arrive (and after a spin)."""
-    tl.store(part_ptr + pid_n * M + offs_m, p0, mask=offs_m < M)
-    tl.store(part_ptr + (num_pid_n + pid_n) * M + offs_m, p1, mask=offs_m < M)
-    tl.debug_barrier()  # every thread's stores are issued before the release below publishes them
-    arrived = tl.atomic_add(count_ptr + pid_m, 1, sem="acq_rel", scope="gpu") + 1
-    if EXCHANGE == 1:
-        while arrived < num_pid_n:  # peers are co-resident: cooperative launch (module doc)
-            arrived = tl.atomic_add(count_ptr + pid_m, 0, sem="acquire", scope="gpu")
-    return arrived
-
-
-@triton.jit
-def _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2: tl.constexpr):
-    """All N tiles' partials of these rows in one [TILES_POW2, BLOCK_M] load each (a loop of dependent loads cost
-    a round trip to L2 per tile), 0 where there is no tile."""
-    t = tl.arange(0, TILES_POW2)
-    mask = (t[:, None] < num_tiles) & (offs_m[None, :] < M)
-    at = t[:, None] * M + offs_m[None, :]
-    p0 = tl.load(part_ptr + at, mask=mask, other=0.0, cache_modifier=".cg")
-    p1 = tl.load(part_ptr + num_tiles * M + at, mask=mask, other=0.0, cache_modifier=".cg")
-    return p0, p1, t, mask
+        z_desc.store([off_m, off_n], z.to(dtype))
+    mean, var = _tile_moments(z, offs_n, N, LAYER_NORM)
+    rstd = tl.math.rsqrt(var + eps)
+    _store_stats(rstd_ptr, mean_ptr, offs_m, M, mean, rstd, LAYER_NORM)
+    y = _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM, HAS_POST_WEIGHT, HAS_POST_BIAS)
+    if HAS_RESIDUAL_OUT:
+        y += ro_desc.load([off_m, off_n]).to(tl.float32)
+    o_desc.store([off_m, off_n], y.to(dtype))
 
 
 @triton.jit
@@ -310,31 +238,6 @@ def _tile_moments(z, offs_n, N, LAYER_NORM: tl.constexpr):
         d = tl.where(offs_n[None, :] < N, z - mean[:, None], 0.0)
         return mean, tl.sum(d * d, axis=1) / N
     return tl.zeros_like(tl.sum(z, axis=1)), tl.sum(z * z, axis=1) / N
-
-
-@triton.jit
-def _tile_partials(z, offs_n, N, LAYER_NORM: tl.constexpr):
-    """Per-row partials of one N tile: (Σz, Σ(z − tile mean)²) for LayerNorm, (0, Σz²) for RMSNorm."""
-    if LAYER_NORM:
-        tile_sum = tl.sum(z, axis=1)
-        n_valid = tl.sum((offs_n < N).to(tl.float32), axis=0)
-        d = tl.where(offs_n[None, :] < N, z - (tile_sum / n_valid)[:, None], 0.0)
-        return tile_sum, tl.sum(d * d, axis=1)
-    return tl.zeros_like(tl.sum(z, axis=1)), tl.sum(z * z, axis=1)
-
-
-@triton.jit
-def _combine_partials(part_ptr, offs_m, M, N, num_tiles, BLOCK_N: tl.constexpr, TILES_POW2: tl.constexpr,
-                      LAYER_NORM: tl.constexpr):
-    """Row mean and variance from the N tiles' partials. LayerNorm: Chan's formula,
-    M2 = Σ_t M2_t + n_t (mean_t − mean)², so no large terms cancel when |mean| ≫ std."""
-    sums, m2, t, mask = _load_partials(part_ptr, offs_m, M, num_tiles, TILES_POW2)
-    if LAYER_NORM:
-        mean = tl.sum(sums, axis=0) / N
-        n_t = tl.minimum(N - t * BLOCK_N, BLOCK_N).to(tl.float32)
-        d = tl.where(mask, sums / n_t[:, None] - mean[None, :], 0.0)
-        return mean, tl.sum(m2 + n_t[:, None] * d * d, axis=0) / N
-    return tl.zeros_like(tl.sum(m2, axis=0)), tl.sum(m2, axis=0) / N
 
 
 @triton.jit
@@ -400,6 +303,7 @@ _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_st
 
 
 _TUNED: dict = {}
+POST_NORM_MAX_N = 256  # whole rows in one tile: TMA's largest box
 
 
 @dataclasses.dataclass
@@ -408,16 +312,12 @@ class RowNorm:
     residual) to ``out``."""
 
     layer_norm: bool
-    exchange: str  # "row" | "spin" | "last"
     residual: torch.Tensor | None = None  # [M, N], row stride N
     residual_out: torch.Tensor | None = None  # [M, N], added after the norm
     z: torch.Tensor | None = None  # [M, N] to store z in, or None
     weight: torch.Tensor | None = None
     bias: torch.Tensor | None = None
     mean: torch.Tensor | None = None  # [M] fp32, LayerNorm (written by the post-norm)
-
-
-EXCHANGES = {"row": 0, "spin": 1, "last": 2}
 
 
 def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=False, mean=None, u=None,
@@ -430,32 +330,16 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
     else:
         num_sms = 4
     n_tiles = triton.cdiv(N, cfg["BLOCK_N"])
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * n_tiles
-    grid_size = min(num_sms, tiles)
+    grid_size = min(num_sms, triton.cdiv(M, cfg["BLOCK_M"]) * n_tiles)
     dot_precision = "ieee"
     if x.dtype == torch.float32 and x.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
     dummy = unused_pointer(x)  # never read or written: the flags that would touch it are off
-    post_args = (dummy,) * 7
-    options = {}
-    stride = num_sms  # the persistent loop's stride; a grid smaller than it runs one round
+    post_args = (dummy,) * 5
     if post is not None:
-        exchange = EXCHANGES[post.exchange]
-        assert exchange != 0 or n_tiles == 1, "the row exchange needs BLOCK_N >= N"
-        partials = counts = dummy
-        if exchange:
-            # both exchanges want the N tiles of a row block on consecutive tile ids (GROUP_M 1)
-            cfg = dict(cfg, GROUP_M=1)
-            partials = torch.empty(2 * n_tiles * M, device=x.device, dtype=torch.float32)
-            counts = torch.zeros(triton.cdiv(M, cfg["BLOCK_M"]), device=x.device, dtype=torch.int32)
-        if exchange == 1:
-            # a whole number of row blocks per round, all CTAs resident at once (else the launch fails)
-            grid_size = stride = grid_size // n_tiles * n_tiles
-            assert grid_size > 0, "more N tiles than SMs: no spin exchange"
-            options["launch_cooperative_grid"] = True
-        post_args = (*(t if t is not None else dummy for t in (post.residual, post.z, post.weight, post.bias)),
-                     partials, counts,
-                     post.residual_out if post.residual_out is not None else dummy)
+        assert n_tiles == 1, "the post-norm needs whole rows in a tile (BLOCK_N >= N)"
+        post_args = tuple(t if t is not None else dummy
+                          for t in (post.residual, post.z, post.weight, post.bias, post.residual_out))
         mean = post.mean
     launcher(norm_gemm_kernel, x)[(grid_size,)](
         x, w, out,
@@ -472,9 +356,7 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
         HAS_POST_WEIGHT=post is not None and post.weight is not None,
         HAS_POST_BIAS=post is not None and post.bias is not None,
         HAS_RESIDUAL_OUT=post is not None and post.residual_out is not None,
-        EXCHANGE=EXCHANGES[post.exchange] if post is not None else 0,
-        TILES_POW2=triton.next_power_of_2(n_tiles) if post is not None and post.exchange != "row" else 1,
-        EVEN_K=K % cfg["BLOCK_K"] == 0, NUM_SMS=stride, **cfg, **options,
+        EVEN_K=K % cfg["BLOCK_K"] == 0, NUM_SMS=num_sms, **cfg,
     )
 
 
@@ -687,50 +569,34 @@ def layer_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.T
 # --- post-norm: y = norm(x Wᵀ + b + residual) -------------------------------------------------------------------
 
 def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
-    """("row" | "spin" | "last", block config): whole-row tiles when N fits one (≤ 256, TMA's largest box),
-    else an exchange between the N tiles of a row block."""
+    """("row", block config): tiles that hold whole rows (N ≤ 256, TMA's largest box; module doc)."""
+    if N > POST_NORM_MAX_N:
+        return []
     if not x.is_cuda:
-        plans = [("last", _INTERPRETER_CONFIG)]
-        if N <= 64:
-            plans.insert(0, ("row", dict(_INTERPRETER_CONFIG, BLOCK_N=max(16, triton.next_power_of_2(N)))))
-        return plans
+        return [("row", dict(_INTERPRETER_CONFIG, BLOCK_N=max(16, triton.next_power_of_2(N))))]
     bk = 32 if x.dtype == torch.float32 else 64
-    plans = []
-    if N <= 256:
-        bn = max(64, triton.next_power_of_2(N))
-        plans += [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
-                               WARP_SPECIALIZE=False, FLATTEN=fl))
-                  for bm, st, w, fl in ((128, 3, 8, False), (64, 4, 4, False))]
-        # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB)
-    num_sms = _num_sms(x.device.index or 0)
-    # (flattened persistent loops measured slower here: 0.41 vs 0.17 ms at 65536x256x1024, 0.159 vs 0.152 ms for
-    # the row exchange at 262144x256x256; benchmarks/post_configs.py, H200, 2026-11-29)
-    for bn, st, fl in ((256, 3, False), (128, 4, False)):
-        if 1 < triton.cdiv(N, bn) <= num_sms:
-            plans.append(("spin", dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_stages=st, num_warps=8,
-                                       WARP_SPECIALIZE=False, FLATTEN=fl)))
-    if not plans:
-        # the last-arriver exchange was 2.4x slower than the spin at 65536x1024x4096 (H200, 2026-11-29): the
-        # last CTA's serial pass over the row block dominates; kept for grids the spin cannot take
-        plans.append(("last", dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, GROUP_M=1, num_stages=4, num_warps=8,
-                                   WARP_SPECIALIZE=False, FLATTEN=False)))
-    return plans
+    bn = max(64, triton.next_power_of_2(N))
+    # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB;
+    # flattened persistent loops measured slower: 0.159 vs 0.152 ms at 262144x256x256, H200, 2026-11-29)
+    return [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
+                         WARP_SPECIALIZE=False, FLATTEN=False))
+            for bm, st, w in ((128, 3, 8), (64, 4, 4))]
 
 
 def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
               residual_out=None):
-    if plan[0] == GLUON + "row":  # the row exchange on the hand-scheduled Hopper mainloop
+    if plan[0] == GLUON + "row":  # the whole-row epilogue on the hand-scheduled Hopper mainloop
         from . import norm_gemm_gluon
 
         return norm_gemm_gluon.post_run(plan[1], x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias,
                                         eps, layer_norm, w_kn, residual_out)
-    post = RowNorm(layer_norm, plan[0], residual=residual, z=z, weight=norm_weight, bias=norm_bias, mean=mean,
-                    residual_out=residual_out)
+    post = RowNorm(layer_norm, residual=residual, z=z, weight=norm_weight, bias=norm_bias, mean=mean,
+                   residual_out=residual_out)
     _launch(x, w, out, None, bias, rstd, eps, plan[1], w_kn=w_kn, post=post)
 
 
 def _post_plans(x, N: int, w_kn: bool, gluon: bool) -> list[tuple]:
-    """The post-norm's candidates: the Triton exchanges, and with ``gluon`` the Gluon row plans where they run."""
+    """The post-norm's candidates: the Triton row plans, and with ``gluon`` the Gluon ones where they run."""
     plans = _post_candidate_plans(x, N)
     if gluon and x.is_cuda:
         from . import norm_gemm_gluon
@@ -743,7 +609,7 @@ def _post_plans(x, N: int, w_kn: bool, gluon: bool) -> list[tuple]:
 
 def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_norm, write_z=False, w_kn=False,
                     residual_out=None, gluon=True):
-    """Time every (exchange, config) once per (M bucket, N, K, dtype, flags) and cache the fastest; ``gluon``:
+    """Time every (mainloop, config) once per (M bucket, N, K, dtype, flags) and cache the fastest; ``gluon``:
     the Gluon mainloop's row plans compete too (norm_gemm_gluon.POST_CONFIGS, where they run)."""
     M, K = x.shape
     N = w.shape[1 if w_kn else 0]
@@ -762,6 +628,9 @@ def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_
 
 def post_norm_unsupported_reason(dtype, K: int, N: int, M: int, device: torch.device) -> str | None:
     """What the post-norm epilogue cannot take on top of the mainloop's limits (unsupported_shape_reason)."""
+    if N > POST_NORM_MAX_N:
+        return (f"N={N} > {POST_NORM_MAX_N}: the post-norm epilogue needs whole rows in one tile (the regrouped "
+                f"rewrite, fusions 'regrouped_norm', takes wider rows)")
     if M * N >= 2 ** 31:
         return f"M*N = {M * N} overflows the epilogue's 32-bit offsets"
     return unsupported_shape_reason(dtype, K, N, device)
@@ -776,7 +645,8 @@ def matmul_norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, res
     [M, N] contiguous.
 
     Returns (y, z if ``write_z`` else None, mean [M] fp32 (LayerNorm) or None, rstd [M] fp32). ``plan`` =
-    (exchange, block config) forces a variant (tests, benchmarks); by default the fastest measured one."""
+    ("row" or the Gluon row, block config) forces a variant (tests, benchmarks); by default the fastest measured
+    one. N ≤ 256 (whole rows in a tile)."""
     M, K = x.shape
     N = w.shape[1 if w_kn else 0]
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)

@@ -24,7 +24,7 @@ tile is read into registers and Σx² (LayerNorm: Σ(x − s), Σ(x − s)², s 
 prologue): rstd (and μ) come from a row kernel. Neither: the plain GEMM. The mean correction cancels two large
 terms to fp32 accumulation error ∝ |μ|/σ (the same bound as the Triton pre-pass; 16-bit inputs only).
 
-POST_NORM (the post-norm, ``post_run``; norm_gemm.py's "row" exchange on this mainloop): the norm of the
+POST_NORM (the post-norm, ``post_run``; norm_gemm.py's whole-row epilogue on this mainloop): the norm of the
 GEMM's output rows, z = x Wᵀ + b + residual, y = norm(z)·γ (+ β) (+ residual_out), when a tile holds whole rows
 (N ≤ BLOCK_N). Same mainloop (plain GEMM), another epilogue (``_post_norm``): exact two-pass row moments in
 registers, rstd (and μ) stored for every row. What it gains over the Triton row plan is the overlap: the next

@@ -61,9 +61,10 @@ def launcher(kernel, t: torch.Tensor):
 
 
 def unused_pointer(t: torch.Tensor) -> torch.Tensor:
-    """A buffer for the pointer arguments a launch's flags leave untouched. Never an operand: under
+    """What to pass for the pointer arguments a launch's flags leave untouched: the operand t itself when the
+    launch runs now (nothing is allocated per call), a small buffer of its own while traced — under
     ``wrap_triton`` every pointer the kernel stores to counts as mutated, and a mutated operand is cloned."""
-    return t.new_empty(16)
+    return t.new_empty(16) if traced(t) else t
 
 
 def aligned16(t: torch.Tensor) -> bool:

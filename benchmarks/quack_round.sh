@@ -11,7 +11,8 @@
 #       through Quack, the fuzz;
 #       checks = the fp16 Quack tests, the model trained through Quack and both fuzz runs in one call;
 #       qk = the per-head norm + RoPE epilogue's GPU tests (issue 26);
-#       direct = the GPU tests of the kernels Inductor launches itself (regrouped on Triton, the older prologues);
+#       direct = the GPU tests of the kernels Inductor launches itself (regrouped on Triton, the older prologues)
+#                and of the post-norm epilogue (whole rows only since the exchanges went);
 #       BACKENDS, BLOCK_ARGS, BLOCKS and LIMIT (seconds) change the block runs;
 #       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50).
 set -o pipefail
@@ -47,8 +48,9 @@ checks)
   timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 direct)
-  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py -v -x -p no:warnings --durations=5 \
-     -k "launched_from or stream_is_written or direct_launch" 2>&1 | tail -30 | tee $OUT/tests_direct.log
+  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py tests/test_gpu_post_norm.py -v -x \
+     -p no:warnings --durations=5 -k "launched_from or stream_is_written or direct_launch or post_norm" 2>&1 \
+     | tail -30 | tee $OUT/tests_direct.log
   ;;
 qk)
   timeout ${QK_LIMIT:-240} python -m pytest tests/test_regrouped.py -v -x -p no:warnings --durations=5 -k "per_head or qk_norm_and_rope" 2>&1 | tail -25 | tee $OUT/tests_qk.log

@@ -155,6 +155,9 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     row.update({f"t_{k}": v for k, v in bench(fns, device, args.rounds).items()})
     if args.profile and device == "cuda":
         row["kernels"] = {cname: kernel_times(step) for cname, step in fns.items()}
+    if args.host and device == "cuda":
+        row["host_ms"] = {cname: host_ms(step) for cname, step in fns.items()}
+        row["host_profile"] = host_profile(fns["norm_fusion"])
     best = min(row[f"t_{c}"] for c in compilers if not c.startswith("norm_fusion"))
     row["speedup_vs_best"] = best / row["t_norm_fusion"]
     row["fused_vs_sol"] = row["t_norm_fusion"] / sol_ms
@@ -183,6 +186,38 @@ def kernel_times(step, steps: int = 5) -> dict:
     return {"by_name": dict(sorted(times.items(), key=lambda kv: -kv[1])),
             "in_order": [[e.name, e.self_device_time_total / 1e3] for e in last
                          if e.self_device_time_total > 20]}
+
+
+def host_ms(step, steps: int = 50) -> float:
+    """Host ms per step: steps queued back to back without waiting for the GPU (a step whose host time exceeds
+    its GPU time is host-bound, whatever its kernels cost)."""
+    step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    host = (time.perf_counter() - start) / steps * 1e3
+    torch.cuda.synchronize()
+    return host
+
+
+def host_profile(step, steps: int = 20, top: int = 25) -> str:
+    """cProfile of ``steps`` steps: the functions with the most own host time."""
+    import cProfile
+    import io
+    import pstats
+
+    step()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def print_kernels(row: dict, top: int = 14) -> None:
@@ -214,6 +249,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json")
     p.add_argument("--profile", action="store_true", help="print each compiler's per-kernel GPU time per step")
+    p.add_argument("--host", action="store_true",
+                   help="print each compiler's host time per step and a cProfile of the plugin's steps")
     p.add_argument("--random-embeds", action="store_true",
                    help="transformers blocks read random N(0, 0.02²) input embeddings instead of token ids of the "
                         "128-token vocabulary (whose 128 distinct rows repeat through the first GEMMs)")
@@ -249,6 +286,9 @@ def main() -> int:
                 print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:900]}", flush=True)
             if "kernels" in row:
                 print_kernels(row)
+            if "host_ms" in row:
+                print("  host ms per step: " + ", ".join(f"{c} {ms:.3f}" for c, ms in row["host_ms"].items()))
+                print(row["host_profile"], flush=True)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1, default=str)

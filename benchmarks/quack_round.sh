@@ -48,9 +48,9 @@ checks)
   timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 direct)
-  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py tests/test_gpu_post_norm.py -v -x \
-     -p no:warnings --durations=5 -k "launched_from or stream_is_written or direct_launch or post_norm" 2>&1 \
-     | tail -30 | tee $OUT/tests_direct.log
+  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py tests/test_gpu_post_norm.py -v \
+     -p no:warnings -p no:logging --tb=short --durations=5 -k "${DIRECT_TESTS:-launched_from or stream_is_written or direct_launch or post_norm}" 2>&1 \
+     | tee $OUT/tests_direct.log | tail -40
   ;;
 qk)
   timeout ${QK_LIMIT:-240} python -m pytest tests/test_regrouped.py -v -x -p no:warnings --durations=5 -k "per_head or qk_norm_and_rope" 2>&1 | tail -25 | tee $OUT/tests_qk.log

@@ -445,16 +445,18 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
         folds = gamma is not None or c.scale != 1.0 or len(rw.consumers) == 2
         passes = 2 * folds + (spec.norm == "ln") + (beta is not None)  # weight-sized passes of the operands
         sources, fold_note = _weight_sources(rw, gamma, beta, ctx) if passes else (None, "")
-        if sources is not None:
-            passes = 0  # computed once, kept between calls
-        choice = choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
-                                      activation=rw.activation, write_aux=aux, stats="none", residual=False,
-                                      w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
-                                      // max(len(rewrites), 1), config=ctx.config,
-                                      fold_bytes=passes * n * K * x_val.element_size(),
-                                      head_dim=rw.head.head_dim if rw.head else 0,
-                                      rope=bool(rw.head and rw.head.cos is not None),
-                                      direct_launch=_direct_launch(ctx, x_val, *rw.pre))
+
+        def choose(fold_passes):
+            return choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
+                                        activation=rw.activation, write_aux=aux, stats="none", residual=False,
+                                        w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
+                                        // max(len(rewrites), 1), config=ctx.config,
+                                        fold_bytes=fold_passes * n * K * x_val.element_size(),
+                                        head_dim=rw.head.head_dim if rw.head else 0,
+                                        rope=bool(rw.head and rw.head.cos is not None),
+                                        direct_launch=_direct_launch(ctx, x_val, *rw.pre))
+
+        choice, sources, fold_note = choose_fold(choose, passes, sources, fold_note)
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))
@@ -585,6 +587,23 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         for pre, value in zip(rw.pre, outputs[1:]):
             pre.replace_all_uses_with(value)
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
+
+
+def choose_fold(choose: Callable, passes: int, sources: Optional[list], note: str) -> tuple:
+    """(choice, sources, note): how a consumer's W·γ is computed, with the GEMM's choice. ``choose(passes)``
+    chooses the GEMM with that many weight-sized passes per call; ``sources`` (not None) offers the fold cache,
+    ``folded_operands``, which costs no GPU time per call but is an op call per step. A GEMM launched directly
+    has no Python per step, so the cache's host time would show in a step as short as that GEMM: it folds in
+    the graph instead (one kernel Inductor fuses, priced by ``choose``)."""
+    if sources is None:
+        return choose(passes), None, note
+    choice = choose(0)
+    if regrouped.launch_config(choice) is None:
+        return choice, sources, note
+    per_call = choose(passes)
+    if regrouped.launch_config(per_call) is None:  # the fold's cost decides: the op path (cache), or unfused
+        return per_call, sources, note
+    return per_call, None, "W·γ folded per call (launched directly: no op call per step)"
 
 
 def _weight_sources(rw: _Rewrite, gamma, beta, ctx) -> tuple[Optional[list], str]:

@@ -333,3 +333,37 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case):
         if ref.numel():
             assert not out.isnan().any()
             assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-5
+
+
+def test_direct_launch_folds_in_the_graph_rather_than_through_the_fold_cache():
+    """Inference offers the fold cache (an op call per step, no GPU time). Where the GEMM is then launched
+    directly, the cache's host time would show in a step that short: W·γ is folded in the graph and its passes
+    priced; where that loses, the site goes to the op path with the cache, or stays unfused."""
+    from norm_fusion_inductor.patterns.regrouped_norm import choose_fold
+    from norm_fusion_inductor.selection import Choice
+
+    direct = lambda reason: Choice(True, "regrouped_triton", reason, dict(BLOCK_M=128))  # noqa: E731
+    op = lambda reason: Choice(True, "regrouped_quack", reason)  # noqa: E731
+    unfused = lambda reason: Choice(False, "unfused", reason)  # noqa: E731
+    sources = ["w", "gamma"]
+    asked = []
+
+    def chooser(cached, per_call):
+        def choose(passes):
+            asked.append(passes)
+            return cached(f"{passes} passes") if passes == 0 else per_call(f"{passes} passes")
+        return choose
+
+    choice, kept, note = choose_fold(chooser(direct, direct), 2, sources, "W·γ kept folded between calls")
+    assert asked == [0, 2] and choice.reason == "2 passes" and kept is None and "launched directly" in note
+    asked.clear()
+    choice, kept, note = choose_fold(chooser(direct, unfused), 2, sources, "kept")
+    assert asked == [0, 2] and not choice.fused and kept is sources
+    choice, kept, note = choose_fold(chooser(direct, op), 2, sources, "kept")
+    assert choice.implementation == "regrouped_quack" and kept is sources and note == "kept"
+    asked.clear()
+    choice, kept, note = choose_fold(chooser(op, direct), 2, sources, "kept")  # the op path keeps the cache
+    assert asked == [0] and choice.reason == "0 passes" and kept is sources
+    asked.clear()
+    choice, kept, note = choose_fold(chooser(direct, direct), 2, None, "training")  # no cache offered
+    assert asked == [2] and kept is None and note == "training"

@@ -8,7 +8,6 @@
 #   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
 #   bash benchmarks/validate_gpu.sh dgrad    # the dgrad kernel's GPU tests, then it alone vs torch.compile (~6 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
-#   bash benchmarks/validate_gpu.sh qk_norm [bench args]    # QK-norm attention: float64 parity, configs, bench (~9 min)
 #   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
 #   bash benchmarks/validate_gpu.sh recsys   # the recommendation block: attention GPU tests, breakdowns, e2e, dq̂ configs (~8 min?)
 #   bash benchmarks/validate_gpu.sh launch   # FlashNormAttention's cached launches: GPU tests, host time A/B  (~2 min)
@@ -99,13 +98,6 @@ attention)
         | tee "$OUT/attention_configs.log"
     timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/attention.py --no-max-autotune --json "$OUT/attention.json" \
         "$@" 2>&1 | grep "^|\|Error" | tee "$OUT/attention.log"
-    ;;
-qk_norm)
-    shift
-    timeout 200 python3 benchmarks/qk_norm.py --check > "$OUT/qk_check.log" 2>&1; grep -E "check|Error" "$OUT/qk_check.log" | cut -c1-400
-    timeout 150 python3 benchmarks/qk_norm.py --configs > "$OUT/qk_configs.log" 2>&1; grep -E "config|Error" "$OUT/qk_configs.log"
-    timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/qk_norm.py --json "$OUT/qk_norm.json" "$@" 2>&1 \
-        | grep "^|\|Error\|failed" | tee "$OUT/qk_norm.log"
     ;;
 diff)  # the kernels an unfused plugin graph launches against the default's, then half the LayerNorm post sweep
     timeout 120 python3 benchmarks/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"

@@ -6,13 +6,12 @@
 See README.md.
 """
 
-from . import attention_ops, ops, qk_norm_ops, regrouped  # noqa: F401  (registers torch.ops.norm_fusion.*)
+from . import attention_ops, ops, regrouped  # noqa: F401  (registers torch.ops.norm_fusion.*)
 from .attention_ops import flash_norm_attention
 from .backend import norm_fusion_backend
 from .config import FUSIONS, KNOWN_FUSIONS, NormFusionConfig
 from .explain import Explanation, explain
 from .passes import NormFusionPass, enabled, inductor_options
-from .qk_norm_ops import qk_norm_attention
 from .regrouped import clear_folded_weights
 from .report import SiteRecord, clear_reports, reports
 
@@ -30,7 +29,6 @@ __all__ = [
     "flash_norm_attention",
     "inductor_options",
     "norm_fusion_backend",
-    "qk_norm_attention",
     "reports",
 ]
 __version__ = "0.1.0"

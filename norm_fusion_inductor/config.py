@@ -13,7 +13,7 @@ from typing import Any, Mapping
 # Opt-in until it measures faster by default (docs in README): regrouped normalization, the norm in the epilogues of
 # the GEMMs around it. With it enabled, the pre-norm families hand each site to it first.
 OPT_IN_FUSIONS = ("regrouped_norm",)
-FUSIONS = ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention", "qk_norm_attention")  # every family there is
+FUSIONS = ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")  # every family there is
 KNOWN_FUSIONS = OPT_IN_FUSIONS + FUSIONS
 POLICIES = ("auto", "always", "never")
 GEMM_BACKENDS = ("triton", "quack")

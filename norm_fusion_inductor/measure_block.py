@@ -6,9 +6,6 @@ the fused op. A lower bound of the unfused block (its attention alone plus copie
 time inside a compilation, and in training it bounds nothing: its attention term runs eager autograd
 (recommendation block, silu, 768x512, H200, 2026-11-30: the "bound" read 3.99 ms, the compiled block 3.88 ms).
 
-QK-norm sites in training ("kind": "qk_norm"; selection.choose_qk_norm_attention): the per-head norms (± rotary)
-and SDPA compiled, against the fused op.
-
 Matmul sites ("kind": "matmul"; selection._compiled_check): the norm and the linear as the model computes them
 (``matmul_block``), compiled by torch.compile and by this plugin with policy "always" (the fused graph the site
 would get). The bound counts the norm as a copy; Inductor's norm kernels can be slower than that, so a fused
@@ -88,33 +85,6 @@ def measure_attention(site: dict) -> dict:
     return _time(fns)
 
 
-def measure_qk_norm(site: dict) -> dict:
-    """QK-norm sites: the per-head norms (± rotary) and SDPA as torch ops (``qk_norm_attention_reference``),
-    compiled, against the fused op, forward + backward."""
-    from .qk_norm_ops import _kernel_reason, qk_norm_attention_op, qk_norm_attention_reference, site_operands
-
-    dev, dt = _setup(site)
-    shape = [site[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim")]
-    train = site["train"]
-    q, k, v, wq, wk, cos, sin = site_operands(*shape, site["rope"], dev, dt, requires_grad=train)
-    reason = _kernel_reason(q, k, v, cos)
-    if reason is not None:
-        raise RuntimeError(f"the fused op would run its reference path here: {reason}")
-    scale, causal = shape[-1] ** -0.5, site["causal"]
-
-    def block(q, k, v, wq, wk):
-        return qk_norm_attention_reference(q, k, v, wq, wk, cos, sin, EPS, EPS, scale, causal)
-
-    compiled = torch.compile(block, dynamic=False, mode="max-autotune-no-cudagraphs" if site.get("max_autotune")
-                             else None)
-    fns = {"fused_ms": lambda: qk_norm_attention_op(q, k, v, wq, wk, cos, sin, EPS, EPS, scale, causal, train)[0],
-           "compiled_ms": lambda: compiled(q, k, v, wq, wk)}
-    if train:
-        leaves, grad = [q, k, v, wq, wk], torch.randn_like(q)
-        fns = {name: (lambda f=f: torch.autograd.grad(f(), leaves, grad)) for name, f in fns.items()}
-    return _time(fns)
-
-
 def matmul_block(site):
     """What a model computes at a matmul site (selection.MatmulSite), unfused, as a function of the operands
     selection._inputs / _post_inputs make: pre-norm linear(norm(x)); post-norm norm(linear(x) + residual)
@@ -179,7 +149,7 @@ def measure_matmul(fields: dict) -> dict:
 
 
 def measure(site: dict) -> dict:
-    return {"matmul": measure_matmul, "qk_norm": measure_qk_norm}.get(site.get("kind"), measure_attention)(site)
+    return {"matmul": measure_matmul}.get(site.get("kind"), measure_attention)(site)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from .config import NormFusionConfig
-from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, qk_norm_attention
+from .kernels import norm_attention, norm_gemm, norm_gemm_gluon
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,13 +98,11 @@ def _cache_file(config: NormFusionConfig) -> pathlib.Path:
 def _key(site) -> str:
     import triton
 
-    if isinstance(site, (AttentionSite, QKNormSite)):
-        from . import attention_ops, measure_block, qk_norm_ops
+    if isinstance(site, AttentionSite):
+        from . import attention_ops, measure_block
 
         # the child process times the op and the compiled block too
-        modules = ((norm_attention, attention_ops) if isinstance(site, AttentionSite)
-                   else (qk_norm_attention, qk_norm_ops))
-        sources = "".join(_kernel_source_hash(m) for m in (*modules, measure_block))
+        sources = "".join(_kernel_source_hash(m) for m in (norm_attention, attention_ops, measure_block))
         return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
                                           triton.__version__, sources, MEASUREMENT,
                                           type(site).__name__, *dataclasses.astuple(site)))
@@ -476,8 +474,7 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
         raise RuntimeError(f"{_FAILED[key]} (earlier in this process; not retried)")
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
-    fields["kind"] = ("matmul" if isinstance(site, MatmulSite) else "qk_norm" if isinstance(site, QKNormSite)
-                      else "attention")
+    fields["kind"] = "matmul" if isinstance(site, MatmulSite) else "attention"
     if config is not None:
         fields["cache_dir"] = None if config.cache_dir is None else os.fspath(config.cache_dir)
         fields["launch"] = config.launch
@@ -500,7 +497,7 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
 
 # The attention sites' bound keeps a larger margin than min_speedup (recalibrated to 1.1 on the matmul sites only)
 # until it is recalibrated on the GPU; the sites it leaves unfused are measured against the compiled block
-# (choose_attention), with compiled_min_speedup. QK-norm sites use the bound alone (their unfused attention is SDPA).
+# (choose_attention), with compiled_min_speedup.
 ATTENTION_MIN_SPEEDUP = 1.25
 
 
@@ -584,68 +581,6 @@ def _time_interleaved(fns: dict, train: bool) -> dict:
         for name, fn in fns.items():
             times[name].append(bench(fn, rep=30, return_mode="median"))
     return {name: statistics.median(v) for name, v in times.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class QKNormSite:
-    """Per-head RMSNorm of q and k (± rotary embedding) → SDPA."""
-    batch: int
-    q_len: int
-    kv_len: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    dtype: torch.dtype
-    device: torch.device
-    causal: bool
-    rope: bool
-    train: bool = False
-
-    @property
-    def shape(self) -> tuple:
-        return (self.batch, self.q_len, self.kv_len, self.heads, self.kv_heads, self.head_dim)
-
-
-def choose_qk_norm_attention(site: QKNormSite, config: NormFusionConfig) -> Choice:
-    """As ``choose_attention``, for QK-norm. Inference: the unfused lower bound is SDPA (its default backend, as
-    the compiled graph calls it) on normalized q, k plus the norms' bytes in copies of q and k (each norm + rotary
-    reads x and writes x̂). Training: the block compiled by torch.compile, timed against the fused op in a child
-    process, as for the norm → attention → norm block (the eager-autograd bound bounds nothing there)."""
-    reason = _qk_norm_kernel_reason(site)
-    if site.train:
-        return _attention_policy(site, config, reason) or _versus_compiled_block(site, config, "forward + backward:")
-    return _choose_attention_site(site, config, reason, _measure_qk_norm_attention, 2, "SDPA", "copies of q and k")
-
-
-def _qk_norm_kernel_reason(site: QKNormSite) -> Optional[str]:
-    if site.device.type != "cuda":
-        return None  # _attention_policy gives the device's reason
-    B, L, S, HQ, HK, D = site.shape
-    fake_q = torch.empty(0, HQ, L, D, dtype=site.dtype, device=site.device)  # shapes and device only
-    fake_kv = torch.empty(0, HK, S, D, dtype=site.dtype, device=site.device)
-    return qk_norm_attention.unsupported_reason(fake_q, fake_kv, fake_kv, site.rope)
-
-
-def _measure_qk_norm_attention(site: QKNormSite) -> dict:
-    """Forward times of the fused op, SDPA alone and a copy of q and k (inference sites)."""
-    from . import qk_norm_ops
-
-    dev, dt = site.device, site.dtype
-    B, L, S, HQ, HK, D = site.shape
-    q, k, v, wq, wk, cos, sin = qk_norm_ops.site_operands(B, L, S, HQ, HK, D, site.rope, dev, dt)
-    scale = D ** -0.5
-
-    def fused():
-        return qk_norm_ops.qk_norm_attention_op(q, k, v, wq, wk, cos, sin, 1e-6, 1e-6, scale, site.causal,
-                                                False)[0]
-
-    def attention():
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=site.causal, scale=scale,
-                                                                enable_gqa=HQ != HK)
-
-    qk = torch.cat([q.flatten(), k.flatten()])
-    y = torch.empty_like(qk)
-    return _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: _copy(y, qk)}, False)
 
 
 # --- regrouped normalization: one epilogue GEMM against the GEMM and the round trips it removes --------------------

@@ -2,7 +2,7 @@
 ``apply(graph, ctx)``; the pass of each stage runs the families the config enables, in this order. A module's
 matchers are its ``FAMILY`` or ``FAMILIES`` (``common.NormFamily``)."""
 
-from . import layer_norm_matmul, matmul_norm, norm_attention, qk_norm_attention, regrouped_norm, rms_norm_matmul
+from . import layer_norm_matmul, matmul_norm, norm_attention, regrouped_norm, rms_norm_matmul
 
 FAMILIES = {  # the joint-graph stage (aten IR)
     rms_norm_matmul.FUSION: rms_norm_matmul,
@@ -14,7 +14,6 @@ FAMILIES = {  # the joint-graph stage (aten IR)
 }
 PRE_GRAD_FAMILIES = {  # the torch-level graph, before autograd
     norm_attention.FUSION: norm_attention,
-    qk_norm_attention.FUSION: qk_norm_attention,
 }
 STAGES = {"joint": FAMILIES, "pre_grad": PRE_GRAD_FAMILIES}
 

@@ -558,9 +558,23 @@ def _matmul_form_reason(x: Node, path: list) -> str:
             + ", ".join(str(n.target).split(".")[-2] for n in path) + ")")
 
 
+def _qk_norm_reason(ctx) -> str:
+    """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
+    projection it rewrites (regrouped_norm._find_head_norm), and only at inference."""
+    if "regrouped_norm" not in ctx.config.fusions:
+        return ("only the regrouped_norm family fuses it, into its q/k projection's epilogue, and that family is "
+                "off (fusions 'regrouped_norm')")
+    if ctx.backward:
+        return ("the regrouped_norm family takes it into the q/k projection's epilogue at inference only (the "
+                "backward piece is not built)")
+    return ("the regrouped_norm family did not take it into a q/k projection's epilogue (it takes a per-head "
+            "RMSNorm, ± RoPE, only right after a projection it rewrites, the per-head view its only reader)")
+
+
 def report_leftover_norms(graph: Graph, ctx) -> None:
     """Record, once each, the RMSNorms and LayerNorms of the forward that no family recorded: per-head q/k norms
-    feeding attention (QK-norm, not fused yet) and norms with no matmul or attention next to them."""
+    feeding attention (QK-norm) that the regrouped family left, and norms with no matmul or attention next to
+    them."""
     for node in graph.nodes:
         if node.target != aten.rsqrt.default or node in ctx.covered or node in ctx.backward:
             continue
@@ -571,8 +585,7 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         fed, stops, path = _fed(node, ctx.backward)
         if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
-            reason = ("feeds attention: a per-head q/k norm (QK-norm) that the qk_norm_attention family did not "
-                      "rewrite (its record, if any, says why; it matches only before autograd)")
+            reason = "feeds attention: a per-head q/k norm (QK-norm); " + _qk_norm_reason(ctx)
         elif fed == "attention":
             site = ctx.site("standalone", norm, node)
             reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "

@@ -1,5 +1,5 @@
 """Helpers for matching the torch-level graph of the pre-grad stage (Dynamo's FX graph: torch functions, Tensor
-methods, Python operators), shared by the pre-grad families."""
+methods, Python operators), for the pre-grad family (norm → attention → norm)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 
 def test_every_family_is_on_by_default_and_can_be_chosen():
     assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm",
-                                                             "norm_attention", "qk_norm_attention")
+                                                             "norm_attention")
     assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
 
 

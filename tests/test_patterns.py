@@ -316,8 +316,8 @@ def test_policy_auto_on_cpu_keeps_unfused_with_reason():
 
 
 class _QKNormAttention(torch.nn.Module):
-    """Per-head RMSNorm of q and k right before SDPA (QK-norm, Qwen3 style), and a norm that feeds nothing
-    but a pointwise tail."""
+    """Per-head RMSNorm of q and k right before SDPA (QK-norm, Qwen3 style, but with no projection before it),
+    and a norm that feeds nothing but a pointwise tail."""
 
     def __init__(self, width=32, heads=2):
         super().__init__()
@@ -334,15 +334,21 @@ class _QKNormAttention(torch.nn.Module):
 
 
 def test_norms_no_family_takes_are_reported_once_with_what_they_feed():
-    """Here v = relu(k̂) reads the normalized k, which the fused op would only produce: the QK-norm family says
-    so, and the two norms are reported as QK-norms it did not rewrite."""
-    result = nfi.explain(_QKNormAttention(), torch.randn(2, 8, 32), policy="always")
+    """The two per-head norms are reported as QK-norms that no family took, with why: only the regrouped family
+    fuses one (into a q/k projection's epilogue); it is off by default, and with it on there is no projection
+    here to take them. The tail norm is reported as feeding no matmul or attention."""
+    x = torch.randn(2, 8, 32)
+    torch._dynamo.reset()
+    result = nfi.explain(_QKNormAttention(), x, policy="always")
     kinds = sorted((s.fusion, s.rewritten) for s in result.sites)
-    assert kinds == [("qk_norm", False), ("qk_norm", False), ("qk_norm_attention", False), ("standalone", False)], \
-        result.table()
-    family = next(s for s in result.sites if s.fusion == "qk_norm_attention")
-    assert "computed after a reader of its results" in family.reason
+    assert kinds == [("qk_norm", False), ("qk_norm", False), ("standalone", False)], result.table()
     qk = [s for s in result.sites if s.fusion == "qk_norm"]
-    assert all("QK-norm" in s.reason and s.shape == (32, 16) for s in qk)
+    assert all("QK-norm" in s.reason and "'regrouped_norm'" in s.reason and "off" in s.reason
+               and s.shape == (32, 16) for s in qk), result.table()
+    torch._dynamo.reset()
+    regrouped = nfi.explain(_QKNormAttention(), x, policy="always", fusions=nfi.KNOWN_FUSIONS)
+    qk = [s for s in regrouped.sites if s.fusion == "qk_norm"]
+    assert len(qk) == 2 and all("QK-norm" in s.reason and "did not take it" in s.reason for s in qk), \
+        regrouped.table()
     tail = next(s for s in result.sites if s.fusion == "standalone")
     assert "feeds no matmul or attention" in tail.reason and "tanh" in tail.reason

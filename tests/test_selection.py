@@ -3,7 +3,6 @@ The measurement itself needs a GPU (test_gpu.py); here it is replaced by recorde
 
 import dataclasses
 import json
-import os
 
 import pytest
 import torch
@@ -11,8 +10,6 @@ import torch
 from norm_fusion_inductor import selection
 from norm_fusion_inductor.config import NormFusionConfig
 from norm_fusion_inductor.kernels import norm_gemm
-
-from .helpers import interpret_kernels, rel_err
 
 CUDA_SITE = selection.MatmulSite(M=262144, K=1024, N=256, dtype=torch.bfloat16, device=torch.device("cuda", 0),
                                  has_norm_weight=True, has_bias=False)
@@ -252,54 +249,6 @@ def test_inference_attention_site_lost_on_the_bound_asks_the_compiled_block(atte
     choice = selection.choose_attention(ATTENTION_SITE, config)
     assert choice.fused and "lower bound" in choice.reason and "compiled" in choice.reason
     assert len(child["sites"]) == 1
-
-
-QK_NORM_SITE = selection.QKNormSite(batch=4, q_len=2048, kv_len=2048, heads=32, kv_heads=8, head_dim=128,
-                                    dtype=torch.bfloat16, device=torch.device("cuda", 0), causal=True, rope=True)
-
-
-@pytest.mark.parametrize("fused_ms, compiled_ms, fused", [(5.39, 4.37, False), (3.0, 4.37, True),
-                                                         (4.0, 4.37, False)])
-def test_training_qk_norm_site_is_measured_against_the_compiled_block(monkeypatch, tmp_path, fused_ms,
-                                                                      compiled_ms, fused):
-    """Training QK-norm sites, as the norm → attention → norm block: the compiled block decides (with
-    compiled_min_speedup), never the eager-autograd bound (Qwen3-style site on the H200: fused 5.39 ms against
-    4.37 compiled)."""
-    asked = []
-    monkeypatch.setattr(selection, "_qk_norm_kernel_reason", lambda site: None)
-    monkeypatch.setattr(selection, "_key", lambda site: f"qk train={site.train}")
-    monkeypatch.setattr(selection, "_MEMORY", {})
-    monkeypatch.setattr(selection, "_measure_qk_norm_attention", lambda site: pytest.fail("the bound was timed"))
-    monkeypatch.setattr(selection, "_measure_compiled_block",
-                        lambda site: asked.append(site) or {"fused_ms": fused_ms, "compiled_ms": compiled_ms})
-    choice = selection.choose_qk_norm_attention(dataclasses.replace(QK_NORM_SITE, train=True),
-                                                NormFusionConfig(cache_dir=str(tmp_path)))
-    assert choice.fused == fused and len(asked) == 1 and "compiled block" in choice.reason
-
-
-@pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
-                    reason="CPU interpreter test")
-@pytest.mark.parametrize("train", [False, True])
-def test_qk_norm_child_measures_the_op_and_the_compiled_block(monkeypatch, train):
-    """measure_block.measure_qk_norm's plumbing on the CPU (no timing: each side called once): the operands as the
-    site's, the fused op (its kernels in the interpreter) and the compiled reference block give the same output
-    and, in training, gradients."""
-    from norm_fusion_inductor import measure_block
-
-    results = {}
-    interpret_kernels(monkeypatch)
-    monkeypatch.setattr(measure_block, "_setup", lambda site: (torch.device("cpu"), torch.float32))
-    def call_once(fns):
-        results.update({name: f() for name, f in fns.items()})
-        return {name: 0.0 for name in fns}
-
-    monkeypatch.setattr(measure_block, "_time", call_once)
-    torch._dynamo.reset()
-    site = dict(batch=1, q_len=8, kv_len=8, heads=4, kv_heads=2, head_dim=16, causal=True, rope=True, train=train)
-    assert measure_block.measure(dict(site, kind="qk_norm")) == {"fused_ms": 0.0, "compiled_ms": 0.0}
-    fused, compiled = results["fused_ms"], results["compiled_ms"]
-    for a, b in zip(*(r if train else [r] for r in (fused, compiled))):
-        assert rel_err(a, b) < 1e-5
 
 
 def test_child_process_failure_is_reported_and_not_retried(monkeypatch):

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("epilogue_gemm", "norm_gemm", "norm_gemm_gluon", "norm_attention", "qk_norm_attention")
+MODULES = ("epilogue_gemm", "norm_gemm", "norm_gemm_gluon", "norm_attention")
 
 
 def _skip_reason():
@@ -472,20 +472,7 @@ def _norm_attention(na):
                         merged=True)
 
 
-def _qk_norm_attention(qk):
-    B, HQ, HK, L, D = 2, 32, 8, 512, 128  # Qwen3-8B's heads
-    for causal, rope, save_q_hat in [(False, False, False), (True, True, True)]:
-        # q, k, v, dout as the model's projections make them: memory [B, L, H, D] seen as [B, H, L, D]
-        q, k, v, grad_out = (_empty(B, L, h, D).transpose(1, 2) for h in (HQ, HK, HK, HQ))
-        cos, sin = (_empty(B, L, D) if rope else None for _ in range(2))
-        w_q, w_k = _empty(D), _empty(D)
-        out, lse, q_rrms, k_rrms, q_hat, k_hat = qk.forward(q, k, v, w_q, w_k, cos, sin, 1e-6, 1e-6, D ** -0.5,
-                                                            causal, save_q_hat)
-        qk.backward(grad_out, q, k, v, w_q, w_k, cos, sin, 1e-6, D ** -0.5, causal, out, lse, q_rrms, k_rrms,
-                    q_hat, k_hat)
-
-
-SCENARIOS = {"epilogue_gemm": _epilogue_gemm, "norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention, "qk_norm_attention": _qk_norm_attention}
+SCENARIOS = {"epilogue_gemm": _epilogue_gemm, "norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention}
 # Inductor's generated code launches these itself (direct launch) and passes Python floats as fp64 (Triton's
 # launcher: fp32): their first launch is compiled that way too
 FP64_SCALARS = ("norm_gemm_kernel", "row_stats_kernel")

@@ -31,15 +31,11 @@ class KernelTuning:
     #: FlashNormAttention reads through tensor descriptors: right on the GPU, but its forward measured slower
     #: than the pointer path
     attention_tma: bool = False
-    #: QK-norm attention's KV (forward, dq) loads through tensor descriptors: slower (1.53 vs 1.29 ms at 128×128)
-    qk_attention_tma_forward: bool = False
-    #: QK-norm attention's query loads in dK/dV through tensor descriptors: 3.74 ms vs 3.94 with pointers
-    qk_attention_tma_backward: bool = True
     #: the Gluon prologue mainloop's in-loop row sums in a basic block of their own, so that each wgmma's HGMMAs
     #: issue back to back (offline SASS). Off until measured and checked against float64 on the GPU
     #: (`validate_gpu.sh statsblock`)
     gluon_stats_own_block: bool = False
-    #: the pre-norm/post-norm, FlashNormAttention and QK-norm ops run their Triton kernels on CPU tensors (under
+    #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
     interpret_on_cpu: bool = False
 

@@ -7,10 +7,10 @@ mainloop, against torch.compile default; then a cProfile of the compiled Gluon s
 import cProfile
 import pstats
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+from blocks import host_ms
 
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor import selection
@@ -18,17 +18,6 @@ from norm_fusion_inductor.kernels import norm_gemm as tri
 from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
 
 EPS = 1e-5
-
-
-def host_us(fn, calls=200):
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - start) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def main():
@@ -85,7 +74,7 @@ def main():
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} shape {M}x{K}x{N} {'ln' if ln else 'rms'}")
     for name, fn in rows.items():
         gpu = do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3
-        print(f"{name:40s} host {host_us(fn):7.1f} us/call   do_bench {gpu:7.1f} us")
+        print(f"{name:40s} host {host_ms(fn, 200) * 1e3:7.1f} us/call   do_bench {gpu:7.1f} us")
     prof = cProfile.Profile()
     fn = rows["compiled plugin, gluon plan"]
     prof.enable()

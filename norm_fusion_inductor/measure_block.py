@@ -128,6 +128,7 @@ def matmul_site(fields: dict):
 def measure_matmul(fields: dict) -> dict:
     import norm_fusion_inductor as nfi
 
+    from .config import OLDER_FUSIONS
     from .selection import _inputs, _post_inputs
 
     _setup(fields)
@@ -137,8 +138,10 @@ def measure_matmul(fields: dict) -> dict:
     block = matmul_block(site)
     patches = {"max_autotune": True} if fields.get("max_autotune") else {}  # the asking compilation's mode
     compiled = torch.compile(block, dynamic=False, options=dict(patches) or None)
+    # the prologue/epilogue family the asking selection decides for, not the regrouped rewrite (offered first)
     fused = torch.compile(block, dynamic=False, backend="norm_fusion", options={**patches, "norm_fusion": {
-        "policy": "always", "cache_dir": fields.get("cache_dir"), "launch": fields.get("launch", "direct")}})
+        "policy": "always", "cache_dir": fields.get("cache_dir"), "launch": fields.get("launch", "direct"),
+        "fusions": OLDER_FUSIONS}})
     nfi.clear_reports()
     fused(*args)
     records = nfi.reports()

@@ -5,6 +5,13 @@ import dataclasses
 import torch
 import torch.nn as nn
 
+from norm_fusion_inductor import config
+
+# Every family but regrouped normalization (config.OLDER_FUSIONS): "regrouped_norm" is on by default and offered
+# every pre-norm site first, so a test whose subject is an older family (the prologue pre-norm rms_norm_matmul /
+# layer_norm_matmul, the post-norm matmul_norm, norm_attention) selects these, and its sites stay theirs.
+OLDER_FUSIONS = config.OLDER_FUSIONS
+
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()

@@ -11,14 +11,17 @@ from norm_fusion_inductor.__main__ import main  # noqa: E402
 
 
 def test_explain_family_prints_table_and_writes_json(tmp_path, capsys):
+    """llama's five norms (two per layer and the final one) are pre-norm RMSNorm sites, all taken by the default
+    family, regrouped normalization; the table and the JSON list the same sites."""
     out = tmp_path / "sites.json"
     assert main(["explain", "llama", "--policy", "always", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "5 of 5 normalization sites rewritten" in text
-    assert "pre-norm RMSNorm → matmul" in text and "compile + first run with norm_fusion" in text
+    assert "5 of 5 normalization sites rewritten" in text and "compile + first run with norm_fusion" in text
     data = json.loads(out.read_text())
     assert data["model"] == "llama" and len(data["sites"]) == 5
-    assert all(s["rewritten"] and s["kind"] == "pre-norm RMSNorm → matmul" for s in data["sites"])
+    assert all(s["rewritten"] and s["fusion"] == "regrouped_norm" and s["pattern"].startswith("hf_llama/")
+               for s in data["sites"]), data["sites"]
+    assert all(f"| {s['graph']} | {s['kind']} | {s['pattern']} | {s['node']} |" in text for s in data["sites"]), text
     torch._dynamo.reset()
 
 

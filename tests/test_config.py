@@ -15,7 +15,7 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor.report import FROM_CACHE
 from norm_fusion_inductor.passes import NormFusionPass
 
-from .helpers import LlamaRMSNorm, rel_err
+from .helpers import OLDER_FUSIONS, LlamaRMSNorm, rel_err
 
 
 def small_model():
@@ -29,9 +29,13 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 # --- configuration errors name the option ----------------------------------------------------------------------
 
 def test_every_family_is_on_by_default_and_can_be_chosen():
-    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("rms_norm_matmul", "layer_norm_matmul", "matmul_norm",
-                                                             "norm_attention")
+    """Regrouped normalization first (it is offered every pre-norm site first), then the older families;
+    KNOWN_FUSIONS, the name from when it was opt-in, is the same tuple. The default margin is 1.05."""
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == nfi.KNOWN_FUSIONS == (
+        "regrouped_norm", "rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")
     assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
+    assert nfi.NormFusionConfig(fusions=OLDER_FUSIONS).fusions == OLDER_FUSIONS
+    assert nfi.NormFusionConfig().min_speedup == 1.05
 
 
 def test_launch_option_is_checked():
@@ -94,11 +98,13 @@ def test_backend_entry_point_works_without_import():
 
 
 class Recorder(CustomGraphPass):
+    """Records, per graph, how many fused ops our pass left in it (any family's) and whether max_autotune is on."""
+
     def __init__(self):
         self.calls = []
 
     def __call__(self, graph):
-        self.calls.append((str(graph).count("norm_fusion.rms_norm_linear"), torch._inductor.config.max_autotune))
+        self.calls.append((str(graph).count("torch.ops.norm_fusion."), torch._inductor.config.max_autotune))
 
     def uuid(self):
         return "recorder-v1"
@@ -224,10 +230,13 @@ def test_cached_graph_still_reports_its_sites(tmp_path, monkeypatch, caplog, tra
 # --- logging -------------------------------------------------------------------------------------------------------
 
 def test_logs_every_site_with_reason(monkeypatch, caplog):
+    """NORM_FUSION_LOG=1 logs a site left unfused with its reason (the older families: on the CPU the regrouped
+    one runs its kernel in the Triton interpreter and rewrites the site)."""
     monkeypatch.setenv("NORM_FUSION_LOG", "1")
     torch._dynamo.reset()
     with caplog.at_level(logging.INFO, logger="norm_fusion_inductor"):
-        torch.compile(small_model(), backend="norm_fusion")(torch.randn(4, 32))
+        torch.compile(small_model(), backend="norm_fusion",
+                      options={"norm_fusion": {"fusions": OLDER_FUSIONS}})(torch.randn(4, 32))
     lines = [r.getMessage() for r in caplog.records if r.name == "norm_fusion_inductor"]
     assert any("not rewritten" in line and "no fused kernel for device 'cpu'" in line for line in lines), lines
     torch._dynamo.reset()
@@ -239,14 +248,16 @@ def test_log_graph_prints_rewritten_graph(caplog):
         torch.compile(small_model(), backend="norm_fusion",
                       options={"norm_fusion": {"policy": "always", "log_graph": True}})(torch.randn(4, 32))
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "REWRITTEN" in text and "after norm_fusion" in text and "norm_fusion.rms_norm_linear" in text
+    assert "REWRITTEN" in text and "after norm_fusion" in text and "norm_fusion.epilogue_gemm" in text
     torch._dynamo.reset()
 
 
 # --- explain -------------------------------------------------------------------------------------------------------
 
 class TwoNorms(nn.Module):
-    """One site that fuses and one that cannot (its normalized tensor is also part of the output)."""
+    """One site that fuses (regrouped, by default) and one that cannot (its normalized tensor is also part of the
+    output): the regrouped family declines it, the prologue LayerNorm family too, and its record says why for
+    both."""
 
     def __init__(self):
         super().__init__()
@@ -263,11 +274,12 @@ def test_explain_reports_every_site_as_data_and_table():
     model, x = TwoNorms(), torch.randn(2, 3, 32)
     for train in (False, True):
         result = nfi.explain(model, x, train=train, policy="always", fusions=nfi.FUSIONS)
-        assert [(s.fusion, s.rewritten) for s in result.sites] == [("rms_norm_matmul", True),
+        assert [(s.fusion, s.rewritten) for s in result.sites] == [("regrouped_norm", True),
                                                                    ("layer_norm_matmul", False)]
-        assert "also used by" in result.not_rewritten[0].reason
+        reason = result.not_rewritten[0].reason
+        assert reason.startswith("regrouped: the normalized tensor is also used by aten.cat"), reason
         text = str(result)
-        assert text.startswith("1 of 2 normalization sites") and "| no | unfused | the normalized tensor" in text
+        assert text.startswith("1 of 2 normalization sites") and "| no | unfused | regrouped: the normalized" in text
     torch._dynamo.reset()
 
 

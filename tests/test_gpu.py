@@ -1,4 +1,6 @@
-"""GPU tests: the compiled Triton kernel and the plugin end to end on CUDA. Skipped without CUDA."""
+"""GPU tests: the compiled Triton kernel and the plugin end to end on CUDA. Skipped without CUDA. The plugin runs
+the prologue pre-norm families alone (OLDER_FUSIONS): regrouped normalization, on by default, would take these
+sites first (test_regrouped.py)."""
 
 import copy
 
@@ -9,7 +11,8 @@ import torch.nn as nn
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor.kernels import norm_gemm
 
-from .helpers import LlamaRMSNorm, ln_linear_reference64, ln_linear_unfused, rel_err, rms_linear_reference64
+from .helpers import (OLDER_FUSIONS, LlamaRMSNorm, ln_linear_reference64, ln_linear_unfused, rel_err,
+                      rms_linear_reference64)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -129,7 +132,7 @@ def test_layer_norm_plugin_end_to_end_training():
     x64 = x.detach().double().requires_grad_()
     nfi.clear_reports()
     out = torch.compile(m, backend="norm_fusion",
-                        options={"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}})(x)
+                        options={"norm_fusion": {"policy": "always", "fusions": OLDER_FUSIONS}})(x)
     ref = m64(x64)
     assert [s.rewritten for s in nfi.reports()] == [True]
     assert rel_err(out, ref) < 1e-2
@@ -148,7 +151,7 @@ def test_plugin_end_to_end_training(policy):
     x = torch.randn(8, 1024, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     x64 = x.detach().double().requires_grad_()
     nfi.clear_reports()
-    c = torch.compile(m, backend="norm_fusion", options={"norm_fusion": {"policy": policy}})
+    c = torch.compile(m, backend="norm_fusion", options={"norm_fusion": {"policy": policy, "fusions": OLDER_FUSIONS}})
     out = c(x)
     ref = m64(x64)
     sites = nfi.reports()
@@ -228,7 +231,7 @@ def test_direct_launch_end_to_end(norm, mode, train, mainloop, monkeypatch, tmp_
     x = (torch.randn(4, 512, d, device="cuda") + 1).bfloat16().requires_grad_(train)
     x64 = x.detach().double().requires_grad_(train)
     nfi.clear_reports()
-    options = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS, "cache_dir": str(tmp_path)}}
+    options = {"norm_fusion": {"policy": "always", "fusions": OLDER_FUSIONS, "cache_dir": str(tmp_path)}}
     if mode == "reduce-overhead":  # torch.compile takes mode or options, not both
         options["triton.cudagraphs"] = True
     c = torch.compile(m, backend="norm_fusion", options=options)
@@ -265,7 +268,7 @@ def test_scaled_norm_folded_into_gamma_on_gpu(norm):
 
     nfi.clear_reports()
     out = torch.compile(lambda x: fn(m, x), backend="norm_fusion",
-                        options={"norm_fusion": {"policy": "always"}})(x)
+                        options={"norm_fusion": {"policy": "always", "fusions": OLDER_FUSIONS}})(x)
     assert [s.implementation for s in nfi.reports()] == ["fused_triton (direct launch)"]
     assert rel_err(out, fn(m64, x.double())) < 1e-2
     torch._dynamo.reset()

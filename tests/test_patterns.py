@@ -3,6 +3,8 @@ consumers, inference and training; parity with eager and float64; negative cases
 
 The CPU runs the op's reference implementation (policy "always"), so these tests check the graph rewrite and the
 numerics of the rewritten graph; the kernel itself is tested in test_kernel_interpreter.py and test_gpu.py.
+They select the older families (``OLDER_FUSIONS``): regrouped normalization, on by default and offered every pre-norm
+site first, would take these sites (test_regrouped.py tests it).
 """
 
 import copy
@@ -15,7 +17,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import norm_fusion_inductor as nfi
 
-from .helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err
+from .helpers import OLDER_FUSIONS, GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err
 
 FUSED_OP = "torch.ops.norm_fusion."  # either fused op
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
@@ -79,13 +81,17 @@ def _init(model):
     return model
 
 
+ALWAYS_OLDER = {"norm_fusion": {"policy": "always", "fusions": OLDER_FUSIONS}}
+
+
 def run(model, x, *, train, policy="always", options=None):
-    """Compile with the backend, run (and backward), compare with eager and float64. Returns the site records,
-    the joint graphs and the post-grad forward graphs."""
+    """Compile with the backend (the older families: OLDER_FUSIONS, unless ``options`` names others), run (and
+    backward), compare with eager and float64. Returns the site records, the joint graphs and the post-grad
+    forward graphs."""
     torch._dynamo.reset()
     nfi.clear_reports()
     joint, post = Capture(), Capture()
-    opts = {"norm_fusion": {"policy": policy, "fusions": nfi.FUSIONS, **(options or {})}}
+    opts = {"norm_fusion": {"policy": policy, "fusions": OLDER_FUSIONS, **(options or {})}}
     model64 = copy.deepcopy(model).double()
     compiled = torch.compile(model, backend="norm_fusion", options=opts)
     with torch._inductor.config.patch(joint_custom_post_pass=joint, post_grad_custom_post_pass=post):
@@ -193,7 +199,7 @@ def test_training_with_input_not_requiring_grad_and_inference_mode():
     x = torch.randn(3, 4, 32)
     torch._dynamo.reset()
     nfi.clear_reports()
-    compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})
+    compiled = torch.compile(model, backend="norm_fusion", options=ALWAYS_OLDER)
     out = compiled(x)  # weights require grad, the input does not
     out.sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
@@ -211,8 +217,7 @@ def test_dynamic_batch_and_sequence():
     torch._dynamo.reset()
     nfi.clear_reports()
     model = _init(NormQKV(LlamaRMSNorm(32)))
-    compiled = torch.compile(model, backend="norm_fusion", dynamic=True,
-                             options={"norm_fusion": {"policy": "always"}})
+    compiled = torch.compile(model, backend="norm_fusion", dynamic=True, options=ALWAYS_OLDER)
     with torch.no_grad():
         for b, s in ((2, 5), (3, 7), (4, 11)):
             x = torch.randn(b, s, 32)
@@ -335,18 +340,19 @@ class _QKNormAttention(torch.nn.Module):
 
 def test_norms_no_family_takes_are_reported_once_with_what_they_feed():
     """The two per-head norms are reported as QK-norms that no family took, with why: only the regrouped family
-    fuses one (into a q/k projection's epilogue); it is off by default, and with it on there is no projection
-    here to take them. The tail norm is reported as feeding no matmul or attention."""
+    fuses one (into a q/k projection's epilogue); with it off (the older families alone) the reason says so, and
+    with it on (the default) there is no projection here to take them. The tail norm is reported as feeding no
+    matmul or attention."""
     x = torch.randn(2, 8, 32)
     torch._dynamo.reset()
-    result = nfi.explain(_QKNormAttention(), x, policy="always")
+    result = nfi.explain(_QKNormAttention(), x, policy="always", fusions=OLDER_FUSIONS)
     kinds = sorted((s.fusion, s.rewritten) for s in result.sites)
     assert kinds == [("qk_norm", False), ("qk_norm", False), ("standalone", False)], result.table()
     qk = [s for s in result.sites if s.fusion == "qk_norm"]
     assert all("QK-norm" in s.reason and "'regrouped_norm'" in s.reason and "off" in s.reason
                and s.shape == (32, 16) for s in qk), result.table()
     torch._dynamo.reset()
-    regrouped = nfi.explain(_QKNormAttention(), x, policy="always", fusions=nfi.KNOWN_FUSIONS)
+    regrouped = nfi.explain(_QKNormAttention(), x, policy="always")
     qk = [s for s in regrouped.sites if s.fusion == "qk_norm"]
     assert len(qk) == 2 and all("QK-norm" in s.reason and "did not take it" in s.reason for s in qk), \
         regrouped.table()

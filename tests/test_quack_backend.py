@@ -111,18 +111,18 @@ def _choose(config, **kw):
 
 
 def test_choice_between_backends(monkeypatch, tmp_path):
-    numbers = dict(triton_ms=2.70, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None,
+    numbers = dict(triton_ms=2.80, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None,
                    triton_host_ms=0.05, quack_host_ms=0.12)
     _fake_gpu(monkeypatch, numbers)
     config = NormFusionConfig(cache_dir=str(tmp_path))
     choice = _choose(config)
     assert choice.fused and choice.implementation == "regrouped_quack"
-    assert "on quack 2.3000 ms" in choice.reason and "triton 2.7000 ms" in choice.reason
+    assert "on quack 2.3000 ms" in choice.reason and "triton 2.8000 ms" in choice.reason
     assert "host time per op call: triton 0.0500, quack 0.1200 ms" in choice.reason
-    # only the Triton backend allowed: it does not pass the margin (2.70 * 1.1 > 2.90)
+    # only the Triton backend allowed: it does not pass the default margin (2.80 * 1.05 > 2.90)
     only_triton = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("triton",))
     choice = _choose(only_triton)
-    assert not choice.fused and "on triton" in choice.reason and "needs 1.1x" in choice.reason
+    assert not choice.fused and "on triton" in choice.reason and "needs 1.05x" in choice.reason
     # Quack not installed: the reason is in the log line, Triton is judged alone
     numbers.update(quack_ms=None, quack_reason="quack-kernels is not importable", triton_ms=2.0)
     _fake_gpu(monkeypatch, numbers)
@@ -160,8 +160,8 @@ def test_short_gemm_is_launched_directly_on_triton(monkeypatch, tmp_path):
     _fake_gpu(monkeypatch, dict(numbers, triton_ms=2.7, quack_ms=2.3, mm_ms=2.55, saved_ms=0.35))
     choice = _choose(config, direct_launch=True)
     assert choice.implementation == "regrouped_quack" and choice.plan is None
-    # Triton itself misses the margin: nothing to launch directly
-    _fake_gpu(monkeypatch, dict(numbers, triton_ms=0.085))
+    # Triton itself misses the margin (0.087 * 1.05 > 0.09): nothing to launch directly
+    _fake_gpu(monkeypatch, dict(numbers, triton_ms=0.087))
     assert not _choose(config, direct_launch=True).fused
     _fake_gpu(monkeypatch, dict(numbers, triton_config=None))
     assert not _choose(config, direct_launch=True).fused

@@ -383,6 +383,8 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"weight dtype {w.dtype} differs from the input's {a.dtype}"
     if a.device.type != "cuda" and not interpret_mode():
         return f"no Triton kernel for device {a.device.type}"
+    if a.dtype == torch.bfloat16 and interpret_mode():
+        return "the Triton 3.6 interpreter's bf16 tl.dot is wrong (fp16 and fp32 are right)"
     if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] < 9:
         return "tensor descriptors (TMA) need sm_90 or newer"
     N = w.shape[1 if w_kn else 0]

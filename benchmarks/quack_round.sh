@@ -48,7 +48,7 @@ checks)
   timeout 150 python tests/fuzz_regrouped.py --cases 60 --backend quack --workers 6 2>&1 | grep -v "torch reference" | tee $OUT/fuzz_quack.log
   ;;
 direct)
-  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py tests/test_gpu_post_norm.py -v \
+  timeout ${DIRECT_LIMIT:-300} python -m pytest tests/test_regrouped.py tests/test_gpu.py tests/test_gpu_post_norm.py -vv \
      -p no:warnings -p no:logging --tb=short --durations=5 -k "${DIRECT_TESTS:-launched_from or stream_is_written or direct_launch or post_norm}" 2>&1 \
      | tee $OUT/tests_direct.log | tail -40
   ;;

@@ -20,7 +20,7 @@ _HISTORY: list["SiteRecord"] = []
 KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
          "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
          "norm_attention": "LayerNorm → attention → RMSNorm", "qk_norm": "norm → attention (QK-norm)",
-         "standalone": "norm, no fused neighbour"}
+         "standalone": "norm, no fused neighbour", "regrouped_norm": "norm in the epilogues of the GEMMs around it"}
 _SHAPE_NAMES = {"norm_attention": "BxLqxLkxHxD"}
 _MAX_HISTORY = 10_000  # older records are dropped
 _RECORDED = 0  # records made so far (the history may have dropped the oldest)

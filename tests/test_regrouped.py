@@ -320,10 +320,11 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):
 
     real = selection._measure_epilogue
 
-    def measured(site, config):  # the real tuning (its config compiles at this shape), every GEMM a winner
+    def measured(site, op_floor_ms=0.0):  # the real tuning (its config compiles at this shape), every GEMM a winner
         return dict(real(site, op_floor_ms=float("inf")), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1)
 
-    monkeypatch.setattr(selection, "_cached_epilogue", measured)
+    # patched under the disk cache (tmp_path: fresh), which measures outside Inductor's fake mode
+    monkeypatch.setattr(selection, "_measure_epilogue", measured)
     torch.manual_seed(8)
     model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).train(train)
     x = torch.randn(4, 64, 32, device=DEVICE, dtype=torch.bfloat16, requires_grad=train)

@@ -283,6 +283,14 @@ def _scaled(param: Optional[Node], scale: float, x: Node, before: Node) -> Node:
     return insert_call(graph, aten.mul.Tensor, (as_fp32, scale), before)
 
 
+def also_read_reason(readers: Iterable[Node]) -> str:
+    """Why a site stays unfused when its normalized tensor has readers besides the rewritten matmuls: one wording
+    for every family that declines it so (the prologue path here, the regrouped rewrite for those it cannot
+    serve)."""
+    return ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in readers}))
+            + ", so it would still be written")
+
+
 def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -> None:
     """Rewrite every matmul that reads the matched norm's output into ``spec.op``, or record why not.
 
@@ -294,7 +302,8 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
     if any(p is not None and not isinstance(p, Node) for p in (gamma, beta)):
         return  # a weighted form matched a norm times a constant: the weightless form takes this site
     eps = _eps(match)
-    site = ctx.site(spec.fusion, pattern_name, normed)
+    older = spec.fusion in ctx.config.fusions  # else only the regrouped family considers this site (passes.py)
+    site = ctx.site(spec.fusion if older else "regrouped_norm", pattern_name, normed)
 
     reason = _norm_rejection(match, x, gamma, beta, normed)
     consumers, others, other_matmuls = [], [], []
@@ -320,24 +329,22 @@ def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -
     reason = reason or _operand_rejection(x_val, consumers)
     if reason is not None:
         return ctx.reject(site, reason)
-    also_read = None
-    if others:
-        also_read = ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in others}))
-                     + ", so it would still be written")
-    regrouped_reason = None
+    regrouped_reason = unserved = None
     if "regrouped_norm" in ctx.config.fusions and spec.position == "pre":
         from . import regrouped_norm
 
+        unserved = regrouped_norm.unserved_readers(normed, others)  # if any, the regrouped reason is theirs
         regrouped_reason = regrouped_norm.rewrite_consumers(spec, match, x, gamma, beta, eps, consumers, others,
                                                             site, ctx)
         if regrouped_reason is None:
             ctx.claimed.update((normed, x))  # the post-norm family leaves this norm (and its input) alone
             return
-    if also_read is not None:
-        return ctx.reject(site, also_read if regrouped_reason is None or also_read in regrouped_reason
+        if not older:  # the regrouped family alone decided: the record is its own
+            return ctx.reject(site, regrouped_reason)
+    if others:  # the prologue path cannot serve any other reader: once, naming them all, if regrouped said so too
+        also_read = also_read_reason(others)
+        return ctx.reject(site, also_read if regrouped_reason is None or unserved
                           else f"regrouped: {regrouped_reason}; {also_read}")
-    if spec.fusion not in ctx.config.fusions:
-        return ctx.reject(site, f"regrouped: {regrouped_reason}")
     _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, consumers, x_val, M, K)
     if regrouped_reason is not None:
         site.reason = f"regrouped: {regrouped_reason}; {spec.fusion}: {site.reason}"

@@ -39,7 +39,7 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
-from .common import TRACE_DTYPES, VIEW_OPS, aten, as_matmul_consumer, size_hint
+from .common import TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, size_hint
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -409,6 +409,12 @@ def _residual_add(user: Node, normed: Node) -> bool:
     return found is not None and found[1] is normed
 
 
+def unserved_readers(normed: Node, others: list) -> list:
+    """The normalized tensor's other forward readers that cannot normalize it on load (all but the residual adds
+    of a matmul's output): if any, ``rewrite_consumers`` declines the site because of them."""
+    return [u for u in others if not _residual_add(u, normed)]
+
+
 def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumers: list, others: list, site,
                       ctx) -> Optional[str]:
     """Rewrite the norm's matmul consumers into epilogue GEMMs; None if done, else why not (the caller then
@@ -417,10 +423,9 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     from norm_fusion_inductor.selection import choose_epilogue_gemm
 
     normed = match.output_node()
-    unserved = [u for u in others if not _residual_add(u, normed)]
+    unserved = unserved_readers(normed, others)
     if unserved:
-        return ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in unserved}))
-                + ", which cannot normalize it on load, so it would still be written")
+        return also_read_reason(unserved)
     if not isinstance(eps, (int, float)):
         return "eps is a graph tensor (dynamic shapes)"
     x_val = x.meta["val"]

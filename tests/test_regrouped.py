@@ -477,6 +477,78 @@ def test_normalized_tensor_read_elsewhere_is_left_unfused():
     assert "also used by aten.tanh" in sites[0].reason, sites[0].reason
 
 
+class _ReusedNorm(nn.Module):
+    """The normalized tensor is read by a matmul and a tanh (which no family can serve)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(32), nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return torch.tanh(h) + self.fc(h)
+
+
+class _ReusedWithResidual(_ReusedNorm):
+    """Read also by a residual add of another matmul's output, which the regrouped rewrite could normalize on load
+    (the prologue families could not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc2 = nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return torch.tanh(h) + self.fc(h) + (self.fc2(x) + h)
+
+
+def _declined_norm_site(model, fusions, policy="always"):
+    """The one norm site's record, after an inference compile with these options (checked against eager)."""
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    model = model.to(DEVICE)
+    x = torch.randn(16, 32, device=DEVICE)
+    options = {"norm_fusion": {"policy": policy, "fusions": fusions}}
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=options)(x)
+        assert rel(out, model(x)) < 1e-5
+    sites = nfi.reports()
+    assert len(sites) == 1 and not sites[0].rewritten, [s.line() for s in sites]
+    return sites[0]
+
+
+@pytest.mark.parametrize("fusions", [nfi.KNOWN_FUSIONS, ("regrouped_norm",)], ids=["all", "regrouped_only"])
+@pytest.mark.parametrize("model", [_ReusedNorm, _ReusedWithResidual], ids=["tanh", "tanh_and_residual"])
+def test_other_readers_are_named_once(model, fusions):
+    """A site declined because its normalized tensor has other readers says so once, in one wording, whether the
+    regrouped family alone declined it or the prologue family too; the record is the family's that decided."""
+    torch.manual_seed(0)
+    site = _declined_norm_site(model(), fusions)
+    assert site.reason.count("also used by") == 1, site.reason
+    assert "aten.tanh.default" in site.reason and site.reason.endswith("so it would still be written"), site.reason
+    prologue_too = "layer_norm_matmul" in fusions
+    assert site.fusion == ("layer_norm_matmul" if prologue_too else "regrouped_norm"), site.line()
+    # the residual add is an obstacle only to the prologue family, which cannot normalize it on load
+    assert ("aten.add.Tensor" in site.reason) == (prologue_too and model is _ReusedWithResidual), site.reason
+
+
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+def test_site_declined_by_regrouped_alone_is_its_record(norm):
+    """With regrouped_norm the only family enabled, a site it declines (here: policy "never") is recorded under
+    regrouped_norm, not under the prologue family whose matcher found the norm; with that family enabled too, the
+    record stays the prologue family's."""
+    from tests.helpers import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(LlamaRMSNorm(32) if norm == "rms" else nn.LayerNorm(32), nn.Linear(32, 48))
+    site = _declined_norm_site(model, ("regrouped_norm",), policy="never")
+    assert site.fusion == "regrouped_norm", site.line()
+    assert "policy" in site.reason and not site.reason.startswith("regrouped:"), site.reason  # its own: no prefix
+    older = "rms_norm_matmul" if norm == "rms" else "layer_norm_matmul"
+    site = _declined_norm_site(model, ("regrouped_norm", older), policy="never")
+    assert site.fusion == older, site.line()
+
+
 @pytest.mark.parametrize("index", range(len(eg.GPU_CONFIGS) if CUDA else 1))
 def test_every_block_config_matches_float64(index):
     """Each block config the tuner may pick (two programs per SM included), on the fullest epilogues."""

@@ -20,8 +20,11 @@ does not dominate).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import platform
+import pstats
 import sys
 import time
 
@@ -142,11 +145,19 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
         torch._dynamo.reset()
         nfi.clear_reports()
         step = make_step(torch.compile(model, **kwargs), inputs, train, labels)
+        profiler = cProfile.Profile() if args.compile_profile and cname == "norm_fusion" else None
         start = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         out = step()
         if device == "cuda":
             torch.cuda.synchronize()
         row[f"compile_s_{cname}"] = time.perf_counter() - start
+        if profiler is not None:
+            profiler.disable()
+            row["compile_profile"] = compile_profile(profiler)
+            if args.json:  # the whole profile, for pstats
+                profiler.dump_stats(f"{args.json}.{name}.{'train' if train else 'inference'}.compile.prof")
         row[f"err_{cname}"] = rel_err(out, eager)
         if cname.startswith("norm_fusion"):
             row["sites" + cname[len("norm_fusion"):]] = [(s.rewritten, s.fusion, s.shape, s.reason)
@@ -203,10 +214,6 @@ def host_ms(step, steps: int = 50) -> float:
 
 def host_profile(step, steps: int = 20, top: int = 25) -> str:
     """cProfile of ``steps`` steps: the functions with the most own host time."""
-    import cProfile
-    import io
-    import pstats
-
     step()
     torch.cuda.synchronize()
     profiler = cProfile.Profile()
@@ -232,6 +239,16 @@ def print_kernels(row: dict, top: int = 14) -> None:
             print(f"    {ms:8.3f}  {key[:90]}", flush=True)
 
 
+def compile_profile(profiler, top: int = 40) -> str:
+    """Where the first compile's seconds go: the plugin's measurement and tuning, Quack's JIT, Inductor, by
+    cumulative time."""
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
+    stats.print_stats("norm_fusion_inductor|quack|cutlass|subprocess|do_bench|compile_fx|async_compile|"
+                      "triton/compiler|autotune", top)
+    return text.getvalue()
+
+
 def best_of(row: dict) -> float:
     return min(v for k, v in row.items() if k.startswith("t_") and not k.startswith("t_norm_fusion"))
 
@@ -251,6 +268,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="print each compiler's per-kernel GPU time per step")
     p.add_argument("--host", action="store_true",
                    help="print each compiler's host time per step and a cProfile of the plugin's steps")
+    p.add_argument("--compile-profile", action="store_true",
+                   help="print a cProfile of the plugin's first compile (where its seconds go)")
     p.add_argument("--random-embeds", action="store_true",
                    help="transformers blocks read random N(0, 0.02²) input embeddings instead of token ids of the "
                         "128-token vocabulary (whose 128 distinct rows repeat through the first GEMMs)")
@@ -286,6 +305,8 @@ def main() -> int:
                 print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:900]}", flush=True)
             if "kernels" in row:
                 print_kernels(row)
+            if "compile_profile" in row:
+                print(row["compile_profile"], flush=True)
             if "host_ms" in row:
                 print("  host ms per step: " + ", ".join(f"{c} {ms:.3f}" for c, ms in row["host_ms"].items()))
                 print(row["host_profile"], flush=True)

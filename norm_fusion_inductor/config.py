@@ -50,8 +50,11 @@ class NormFusionConfig:
     #: session, docs/benchmarks_journal.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
     #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Also
     #: asked where a Gluon plan wins with a host time per call above selection.HOST_BOUND_RISK of its GPU time.
-    #: Costs a child compile (20-60 s) per such site on a cold cache (the choice is cached on disk)
-    compiled_check: bool = True
+    #: Costs a child compile (20-60 s) per such site on a cold cache (the choice is cached on disk). Off by
+    #: default: on the transformer layers, where the regrouped family takes the sites first, it declined every
+    #: site it was asked about and was a quarter of the first compile (Llama-3-8B training step, H200: two child
+    #: compiles, 62 of 226 s); off, a near miss stays unfused and a host-bound-risk win is not taken
+    compiled_check: bool = False
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
     #: launch cannot take (dynamic M, eps as a tensor) use the op either way

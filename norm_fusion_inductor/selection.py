@@ -203,8 +203,11 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         if config.compiled_check and fused_ms < unfused_ms * near_miss:  # the real unfused graph decides
             return _compiled_check(site, config, detail)
         return Choice(False, "unfused", detail)
-    if config.compiled_check and _host_bound_risk(t, plan):  # the real fused graph decides
-        return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
+    if _host_bound_risk(t, plan):  # the real fused graph decides, or the site stays unfused (never slower)
+        if config.compiled_check:
+            return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
+        return Choice(False, "unfused", f"{detail}; but its host time is close to its GPU time (compiled_check "
+                                        f"off: the fused graph is not compiled to check it)")
     if config.launch == "op" and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
@@ -716,7 +719,10 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], f"{op_floor_ms:g}"))
-    return _disk_cached(key, config, lambda: _measure_epilogue(site, op_floor_ms))
+    times = _disk_cached(key, config, lambda: _measure_epilogue(site, op_floor_ms))
+    if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning
+        qg.remember(site.M, site.N, site.K, site.dtype, site.w_kn, _site_epilogue(site), times["quack_config"])
+    return times
 
 
 def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
@@ -727,6 +733,7 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
 
     from . import regrouped
     from .kernels import epilogue_gemm as eg
+    from .kernels import quack_epilogue_gemm as qg
 
     M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
     a = torch.randn(M, K, device=dev, dtype=dt)
@@ -777,6 +784,8 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
             times["quack_ms"] = do_bench_cudagraph(fns["quack_ms"], rep=30, return_mode="median")
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
+    if "quack_ms" in times:
+        times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
     for name in ("triton", "quack"):  # the op call's host time, logged with the choice (not yet priced)
         if f"{name}_ms" in fns:
             times[f"{name}_host_ms"] = _host_ms(fns[f"{name}_ms"])

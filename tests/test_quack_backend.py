@@ -265,3 +265,57 @@ def test_model_trains_through_quack():
     quack_sites = [s for s in sites if s.rewritten and "regrouped_quack" in s.implementation]
     assert quack_sites, [(s.rewritten, s.implementation, s.reason) for s in sites]
     assert not regrouped.QUACK_FAILED, regrouped.QUACK_FAILED
+
+
+def test_quack_config_is_kept_with_the_measurement(monkeypatch, tmp_path):
+    """The shortlist config Quack ran with when the selection measured a GEMM is stored with the measurement; a
+    later process that reads the measurement from the disk cache runs that config (with or without a bias)
+    instead of timing the shortlist again. The GPU is faked; nothing is launched."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
+    monkeypatch.setattr(qg, "_TUNED", {})
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    site = selection.EpilogueSite(4096, 256, 512, torch.bfloat16, torch.device("cuda"), "rms", "silu_mul", False,
+                                  "none", False, False, 4096)
+    chosen = dict(qg.SM90_SHORTLIST[2])
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, op_floor_ms=0.0: dict(
+        mm_ms=1.0, saved_ms=0.1, triton_ms=1.0, quack_ms=0.9, quack_config=chosen))
+    selection._cached_epilogue(site, config)
+
+    monkeypatch.setattr(qg, "_TUNED", {})  # a new process: memory empty, the disk cache kept
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda *args, **kwargs: pytest.fail("measured again"))
+    assert selection._cached_epilogue(site, config)["quack_ms"] == 0.9
+    for bias in (True, False):
+        epilogue = eg.Epilogue(row_norm="rms", activation="silu_mul", bias=bias)
+        assert qg.tuned_for(site.M, site.N, site.K, site.dtype, site.w_kn, epilogue) == chosen
+    assert qg.tuned_for(site.M, site.N, site.K, torch.float16, site.w_kn, epilogue) is None
+
+
+@pytest.mark.skipif(not QUACK, reason="needs quack-kernels on an sm_90/sm_100 GPU")
+@pytest.mark.parametrize("epilogue", [eg.Epilogue(row_norm="rms", activation="silu_mul"),
+                                      eg.Epilogue(row_norm="rms", bias=True, activation="silu"),
+                                      eg.Epilogue(bias=True, residual=True, stats="rms")], ids=str)
+def test_quack_shortlist_configs_match_float64(monkeypatch, epilogue):
+    """Every config the shortlist offers this epilogue computes it (output and row statistics as float64's);
+    tuned, the op times them once per shape bucket and epilogue and runs the fastest; a second call times
+    nothing."""
+    monkeypatch.setattr(qg, "_TUNED", {})
+    M, K, N = 2048 + 64, 512, 1024
+    a, w, t = _operands(M, K, N, torch.bfloat16, epilogue)
+    ref, z = fuzz_regrouped.reference64(a, w, epilogue, False, **t)
+    shortlist = qg._shortlist(a.device, epilogue)
+    for config in shortlist:
+        qg._TUNED[qg._key(M, N, K, a.dtype, False, epilogue)] = config
+        out = torch.full(tuple(ref.shape), float("nan"), device="cuda", dtype=a.dtype)
+        out, _, partials = qg.epilogue_gemm(a, w, epilogue=epilogue, out=out, **t)
+        assert not out.isnan().any() and rel(out, ref) < 1e-2, config
+        if epilogue.stats == "rms":
+            rstd, _ = regrouped.finish_stats(partials, N, 1e-5, "rms")
+            assert rel(rstd, torch.rsqrt(z.square().mean(-1) + 1e-5)) < 1e-3, config
+    qg._TUNED.clear()
+    qg.epilogue_gemm(a, w, epilogue=epilogue, **t)
+    chosen = qg.tuned_for(M, N, K, a.dtype, False, epilogue)
+    assert chosen in shortlist or not shortlist
+    monkeypatch.setattr(qg, "fastest_config", lambda *args: pytest.fail("timed again"))
+    qg.epilogue_gemm(a, w, epilogue=epilogue, **t)

@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import aligned16, ensure_allocator, interpret_mode, launcher, m_bucket, unused_pointer
+from .common import aligned16, ensure_allocator, fastest_config, interpret_mode, launcher, m_bucket, unused_pointer
 from .common import num_sms as _num_sms  # a module name tests can stand in for (no GPU to ask)
 from .common import tile_coords
 
@@ -503,20 +503,7 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     if len(configs) == 1:
         _TUNED[key] = configs[0]
     if key not in _TUNED:
-        from triton.testing import do_bench_cudagraph
-
-        best, best_ms = None, float("inf")
-        for cfg in configs:
-            try:
-                run(cfg)  # compile outside the graph capture
-                ms = do_bench_cudagraph(lambda: run(cfg), rep=20, return_mode="median")
-            except Exception:  # a config that does not compile or fit in shared memory is skipped
-                continue
-            if ms < best_ms:
-                best, best_ms = cfg, ms
-        if best is None:
-            raise RuntimeError(f"no epilogue_gemm config compiled for {key}")
-        _TUNED[key] = best
+        _TUNED[key] = fastest_config(configs, run, f"epilogue_gemm {key}")
     return _TUNED[key]
 
 

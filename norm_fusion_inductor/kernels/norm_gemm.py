@@ -68,7 +68,7 @@ from .common import ensure_allocator as _ensure_allocator
 from .common import interpret_mode as _env_interpret
 from .common import m_bucket as _bucket
 from .common import num_sms as _num_sms
-from .common import launcher, tile_coords, unused_pointer
+from .common import fastest_config, launcher, tile_coords, unused_pointer
 
 
 @triton.jit
@@ -510,23 +510,10 @@ def _fastest(key, plans: list, run, timed: bool) -> tuple:
     if not timed:
         _TUNED[key] = plans[0]  # the interpreter cannot time anything meaningful
         return plans[0]
-    from triton.testing import do_bench_cudagraph
-
-    best, best_ms = None, float("inf")
-    for plan in plans:
-        try:
-            run(plan)  # compile outside the graph capture
-            # GPU time only (graph replay): tuning may run inside Inductor's compile, where host-side overhead
-            # is inflated by the Python dispatcher and would pick configs by launch cost
-            ms = do_bench_cudagraph(lambda: run(plan), rep=20, return_mode="median")
-        except Exception:  # a config that does not compile or fit (shared memory) is skipped
-            continue
-        if ms < best_ms:
-            best, best_ms = plan, ms
-    if best is None:
-        raise RuntimeError(f"no norm_gemm plan compiled for {key}")
-    _TUNED[key] = best
-    return best
+    # GPU time only (graph replay): tuning may run inside Inductor's compile, where host-side overhead is
+    # inflated by the Python dispatcher and would pick configs by launch cost
+    _TUNED[key] = fastest_config(plans, run, f"norm_gemm {key}")
+    return _TUNED[key]
 
 
 def rms_norm_matmul(x: torch.Tensor, gamma: torch.Tensor | None, w: torch.Tensor, bias: torch.Tensor | None,

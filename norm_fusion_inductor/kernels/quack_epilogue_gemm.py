@@ -11,22 +11,39 @@ function for Quack's ``gemm_epilogue`` frontend, so an absent piece is absent fr
 ``epilogue/library.py`` builds ``norm_act_mod``). Not offered here, and left to the Triton kernel: LayerNorm
 statistics (Quack's reductions are running sums, Σz and Σz², which cancel for |μ| ≫ σ; the Triton kernel keeps
 per-tile centred sums), a residual normalized on load, fp32 data, and GELU(erf) · up (no Quack pair function).
-Quack JIT-compiles and autotunes each new shape and epilogue on its first call (seconds), cached on disk.
+Quack JIT-compiles each config on first use (seconds). Its own autotuner compiles and times every config of the
+architecture (up to 44 on Hopper); on Hopper this module times a shortlist instead (``SM90_SHORTLIST``), once per
+shape bucket and epilogue, and the selection keeps the choice with its measurement (``remember``), so a later
+process compiles the chosen config alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Optional
 
 import torch
 
+from .common import fastest_config, m_bucket
 from .epilogue_gemm import STATS, Epilogue, num_segments
 
 # our activation names -> Quack's (quack.activation.act_fn_map / gate_fn_map)
 ACTIVATIONS = {"none": None, "relu": "relu", "gelu": "gelu_erf", "gelu_tanh": "gelu_tanh_approx", "silu": "silu",
                "relu2": "relu_sq"}
 GATED = {"silu_mul": "swiglu", "gelu_tanh_mul": "geglu"}
+
+# Hopper: GemmConfig fields of the configs that won (or came second to third in) Quack's full autotune of up to
+# 44 configs, on transformer-layer and recommendation-tower GEMMs (benchmarks/results/gpu-2026-12-02g/README.md);
+# up to 9 times fewer compiles; the same choice at the transformer GEMMs, within 5 % at K = 256, where a swapped
+# A and B won (not offered until the GPU test of every shortlist config runs it). Quack's default is the third.
+SM90_SHORTLIST = (
+    dict(tile_m=256, tile_n=192, pingpong=False, cluster_m=1, cluster_n=2, swap_ab=False),
+    dict(tile_m=256, tile_n=208, pingpong=False, cluster_m=1, cluster_n=2, swap_ab=False),
+    dict(tile_m=128, tile_n=192, pingpong=True, cluster_m=2, cluster_n=1, swap_ab=False),
+    dict(tile_m=128, tile_n=128, pingpong=True, cluster_m=1, cluster_n=2, swap_ab=False),  # N = 256
+    dict(tile_m=192, tile_n=128, pingpong=True, cluster_m=1, cluster_n=2, swap_ab=False),
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -157,10 +174,61 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
         outs, store_d = {"postact": out}, aux is not None
         if aux is not None:
             outs["D"] = aux
-    result = mod(a, w if w_kn else w.t(), residual, out=outs, store_d=store_d, tuned=tuned, **operands)
+    def run(config):
+        return mod(a, w if w_kn else w.t(), residual, out=outs, store_d=store_d, config=_gemm_config(config),
+                   tuned=tuned and config is None, **operands)
+
+    shortlist = _shortlist(a.device, epilogue)
+    config = None
+    if tuned and shortlist:
+        key = _key(M, N, a.shape[1], a.dtype, w_kn, epilogue)
+        if key not in _TUNED:
+            _TUNED[key] = fastest_config(shortlist, run, f"Quack epilogue GEMM {key}")
+        config = _TUNED[key]
+    result = run(config)
     partials = a.new_empty(0, dtype=torch.float32)
     if epilogue.stats != "none":
         partials = torch.zeros(STATS[epilogue.stats], num_segments(N, a.device), M, device=a.device,
                                dtype=torch.float32)
         partials[0, 0] = result["sqsum"].reshape(M)
     return out, aux if aux is not None else a.new_empty(0), partials
+
+
+# (M bucket, N, K, dtype, w_kn, epilogue with bias) -> the shortlist config chosen in this process (or remembered)
+_TUNED: dict = {}
+
+
+def _key(M, N, K, dtype, w_kn, epilogue: Epilogue) -> tuple:
+    # a bias does not move the choice: the selection times every GEMM with one
+    return (m_bucket(M), N, K, dtype, w_kn, dataclasses.replace(epilogue, bias=True))
+
+
+def _shortlist(device: torch.device, epilogue: Epilogue) -> tuple:
+    """The configs to time on this GPU ((): Quack's own autotuner). As Quack's autotuner prunes them: a gated
+    epilogue needs 32-wide N tiles; swapped A and B serve only an element-wise epilogue without reductions."""
+    if torch.cuda.get_device_capability(device)[0] != 9:
+        return ()
+    return tuple(c for c in SM90_SHORTLIST
+                 if not (epilogue.gated and c["tile_n"] % 32)
+                 and not (c["swap_ab"] and (epilogue.gated or epilogue.stats != "none")))
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_config_cached(fields: tuple):
+    from quack.gemm_config import GemmConfig
+
+    return GemmConfig(**dict(fields), device_capacity=9, is_dynamic_persistent=False)
+
+
+def _gemm_config(config: Optional[dict]):
+    return None if config is None else _gemm_config_cached(tuple(sorted(config.items())))
+
+
+def tuned_for(M: int, N: int, K: int, dtype: torch.dtype, w_kn: bool, epilogue: Epilogue) -> Optional[dict]:
+    """The shortlist config chosen (or remembered) in this process for this GEMM, or None."""
+    return _TUNED.get(_key(M, N, K, dtype, w_kn, epilogue))
+
+
+def remember(M: int, N: int, K: int, dtype: torch.dtype, w_kn: bool, epilogue: Epilogue, config: dict) -> None:
+    """A config chosen in an earlier process (the selection's cache): used without timing the shortlist again."""
+    _TUNED.setdefault(_key(M, N, K, dtype, w_kn, epilogue), dict(config))

@@ -620,7 +620,7 @@ class EpilogueSite:
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False,
-                         direct_launch: bool = False) -> Choice:
+                         direct_launch: bool = False, backward_reads_norm: bool = False) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -638,12 +638,15 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
 
     elem = torch.empty((), dtype=dtype).element_size()
     out_bytes = M * N * elem
+    if backward_reads_norm:  # training: the weight gradient reads the normalized tensor, so it is still written
+        norm_bytes = 0  # (recomputed in the backward from x and rstd, or saved): moved, not saved
     if row_norm != "none":  # a consumer: the normalized tensor's write (its share), and the activation's trip
         # (or the per-head norm's and RoPE's: one pass reading and writing the output)
         saved = (norm_bytes + (2 * out_bytes if activation != "none" or head_dim else 0)
                  - (out_bytes if write_aux else 0))
     else:  # the producer: the GEMM output's write and read by the residual add (and the norm output's, when the
-        saved = 2 * out_bytes * (2 if residual_norm != "none" else 1)  # residual is read normalized on load)
+        saved = 2 * out_bytes * (2 if residual_norm != "none" and not backward_reads_norm else 1)  # residual
+        # is read normalized on load)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
                         residual_norm, head_dim, rope)
     if config.policy == "never":
@@ -680,6 +683,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
               f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
     if fold_ms:
         detail += f" (including the weight fold per call, {fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
+    if backward_reads_norm:
+        detail += " (the normalized tensor's write not counted as saved: the backward reads it)"
     hosts = [f"{name} {t[name + '_host_ms']:.4f}" for name in timed if t.get(name + "_host_ms") is not None]
     if hosts:
         detail += f" (host time per op call: {', '.join(hosts)} ms)"

@@ -21,7 +21,9 @@
   producer reads the un-normalized stream as its residual and normalizes it on load (rstd, μ, γ, β of this
   norm), so h itself is never written in the forward.
 
-The backward stays Inductor's: it reads x, the statistics and the pre-activation, all of which the rewrite keeps.
+The backward stays Inductor's: it reads x, the statistics and the pre-activation, all of which the rewrite keeps,
+and the normalized tensor where a weight gradient needs it (the partitioner recomputes it there), so in training
+the selection does not count that tensor's write as saved (``backward_reads_normed``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
-from .common import TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, size_hint
+from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, flattened_users,
+                     size_hint)
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -409,6 +412,12 @@ def _residual_add(user: Node, normed: Node) -> bool:
     return found is not None and found[1] is normed
 
 
+def backward_reads_normed(normed: Node, ctx) -> bool:
+    """Whether the backward reads the normalized tensor (a weight gradient, dW = dYᵀ·n): the rewrite then does
+    not remove it, the partitioner recomputes (or saves) it, and its write is not a saving to price."""
+    return any(user in ctx.backward for user, _, _ in flattened_users(normed))
+
+
 def unserved_readers(normed: Node, others: list) -> list:
     """The normalized tensor's other forward readers that cannot normalize it on load (all but the residual adds
     of a matmul's output): if any, ``rewrite_consumers`` declines the site because of them."""
@@ -437,6 +446,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
         return "the norm's statistics are not separate nodes of the graph"
     K = x_val.shape[-1]
     M = size_hint(x_val.numel() // K)  # dynamic M: timed at the size the graph was traced with
+    backward_reads = backward_reads_normed(normed, ctx)
     rewrites = _plan_rewrites(consumers, ctx)
     choices = []
     for rw in rewrites:
@@ -459,7 +469,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         fold_bytes=fold_passes * n * K * x_val.element_size(),
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),
-                                        direct_launch=_direct_launch(ctx, x_val, *rw.pre))
+                                        direct_launch=_direct_launch(ctx, x_val, *rw.pre),
+                                        backward_reads_norm=backward_reads)
 
         choice, sources, fold_note = choose_fold(choose, passes, sources, fold_note)
         if not choice.fused:
@@ -711,7 +722,9 @@ def apply(graph: Graph, ctx) -> None:
                                       activation="none", write_aux=False, stats=site.norm, residual=True,
                                       w_kn=consumer.weight_kn, norm_bytes=M * N * x_val.element_size(),
                                       config=ctx.config, direct_launch=_direct_launch(ctx, x_val),
-                                      residual_norm=normalized_from.norm if normalized_from is not None else "none")
+                                      residual_norm=normalized_from.norm if normalized_from is not None else "none",
+                                      backward_reads_norm=normalized_from is not None
+                                      and backward_reads_normed(normalized_from.normed, ctx))
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue

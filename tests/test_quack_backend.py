@@ -110,6 +110,23 @@ def _choose(config, **kw):
     return selection.choose_epilogue_gemm(16384, 28672, 4096, torch.bfloat16, torch.device("cuda", 0), **args)
 
 
+@pytest.mark.parametrize("backward_reads", [False, True])
+def test_saved_bytes_leave_out_a_normalized_tensor_the_backward_reads(monkeypatch, tmp_path, backward_reads):
+    """A consumer's bound counts the normalized tensor's write (its share) only where no backward reads it."""
+    sites = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config: sites.append(site) or dict(
+        triton_ms=1.0, mm_ms=1.0, saved_ms=0.1, quack_reason="test"))
+    choice = _choose(NormFusionConfig(cache_dir=str(tmp_path)), activation="none",
+                     backward_reads_norm=backward_reads)
+    assert sites[0].saved_bytes == (0 if backward_reads else 16384 * 4096 * 2)
+    assert ("the backward reads it" in choice.reason) is backward_reads
+    _choose(NormFusionConfig(cache_dir=str(tmp_path)), row_norm="none", activation="none", stats="rms",
+            residual=True, residual_norm="rms", norm_bytes=0, backward_reads_norm=backward_reads)
+    out_bytes = 16384 * 28672 * 2  # the producer: z's trip, and the normalized residual's unless the backward reads it
+    assert sites[1].saved_bytes == 2 * out_bytes * (1 if backward_reads else 2)
+
+
 def test_choice_between_backends(monkeypatch, tmp_path):
     numbers = dict(triton_ms=2.80, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None,
                    triton_host_ms=0.05, quack_host_ms=0.12)

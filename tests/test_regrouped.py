@@ -186,6 +186,32 @@ MODELS = {
 }
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_training_prices_the_normalized_tensor_as_still_written(monkeypatch, train):
+    """In training the weight gradient reads the normalized tensor, so the rewrite moves its write into the
+    backward (the partitioner recomputes it) instead of removing it: the consumers' choice is told so, and the
+    producer's residual normalized on load is not credited with it either; at inference it is a saving."""
+    from norm_fusion_inductor import selection
+
+    seen = []
+    real = selection.choose_epilogue_gemm
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["row_norm"], kwargs["backward_reads_norm"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(selection, "choose_epilogue_gemm", spy)
+    torch.manual_seed(3)
+    model = MODELS["rms_swiglu"]().to(DEVICE).train(train)
+    x = torch.randn(2, 8, 32, device=DEVICE, requires_grad=train)
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+    assert rel(out, model(x)) < tol(torch.float32)
+    consumers = [reads for row_norm, reads in seen if row_norm != "none"]
+    assert len(consumers) == 3 and all(reads is train for reads in consumers), seen
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_models_rewritten_and_trained(name):
     """Every norm's consumers and producers are rewritten; the training step's loss and gradients match float64

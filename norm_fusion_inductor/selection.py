@@ -717,7 +717,7 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
-    quack = qg.version() if qg.missing_reason() is None else "no quack"
+    quack = qg.version()  # the installed version, without importing Quack (seconds: it registers its own ops)
     # an op call is chosen only where it runs min_kernel_ms or longer (without CUDA graphs) and beats the bound
     # by min_speedup: under min_kernel_ms × min_speedup of bound, Quack (an op) cannot win and is not compiled
     op_floor_ms = 0.0 if torch._inductor.config.triton.cudagraphs else config.min_kernel_ms * config.min_speedup

@@ -58,12 +58,13 @@ def missing_reason() -> Optional[str]:
 
 
 def version() -> str:
+    """The installed quack-kernels and CuTe DSL versions (package metadata: Quack is not imported), or "no quack"."""
     try:
         from importlib.metadata import version as dist_version
 
         return f"quack {dist_version('quack-kernels')} cutlass-dsl {dist_version('nvidia-cutlass-dsl')}"
     except Exception:
-        return "quack unknown"
+        return "no quack"
 
 
 def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: Epilogue) -> Optional[str]:

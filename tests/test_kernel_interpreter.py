@@ -320,3 +320,28 @@ def test_post_norm_op_reference_fake_and_gradients(layer_norm):
 
 # --- the pre-norm's backward on the dgrad GEMM ------------------------------------------------------------------
 
+
+
+def test_precompile_compiles_the_first_config_alone_then_the_rest_on_threads():
+    """fastest_config's compile step: the first config alone (it sets up the kernel's caches), the others
+    concurrently; a config that fails to compile is left to its launch (skipped by the timing), not raised."""
+    import threading
+
+    from norm_fusion_inductor.kernels.common import precompile
+
+    calls = []
+    first_done = threading.Event()
+
+    def compile_only(cfg):
+        calls.append((cfg, first_done.is_set(), threading.get_ident()))
+        if cfg == 0:
+            first_done.set()
+        if cfg == 2:
+            raise RuntimeError("out of shared memory")
+
+    precompile(list(range(6)), compile_only)
+    assert sorted(c for c, *_ in calls) == list(range(6))
+    assert calls[0][:2] == (0, False) and all(done for c, done, _ in calls[1:])
+    assert calls[0][2] == threading.get_ident()  # the first on the caller's thread
+    precompile([7], lambda cfg: calls.append(cfg))  # one config: nothing to overlap, its launch compiles it
+    assert calls[-1] != 7

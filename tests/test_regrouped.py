@@ -335,6 +335,32 @@ def test_stream_is_written_once_for_all_its_consumers(train):
     assert len(calls) == 3 and len(streams) == 1, calls
 
 
+@pytest.mark.skipif(not CUDA, reason="compiles and times the kernel on the GPU")
+def test_tuning_compiles_each_config_once(monkeypatch):
+    """The tuner compiles its configs on threads first (``compile_only``, Triton's warmup), then times them: the
+    timed launches find those compiled kernels (one cache entry per config, not two), and the result is right."""
+    from norm_fusion_inductor.kernels import common
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
+
+    monkeypatch.setattr(eg, "_TUNED", {})
+    epilogue = eg.Epilogue(row_norm="rms", activation="gelu_tanh")
+    M, K, N = 3000, 320, 704  # a shape and epilogue no other test compiles
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    scale = torch.rand(M, device="cuda") + 0.5
+    cache = eg.epilogue_gemm_kernel.device_caches[torch.cuda.current_device()][0]
+    before = len(cache)
+    compiled = []
+    real = common.precompile
+    monkeypatch.setattr(common, "precompile", lambda configs, compile_only: (
+        compiled.append(len(configs)), real(configs, compile_only)))
+    out, _, _ = eg.epilogue_gemm(a, w, epilogue=epilogue, scale=scale)
+    assert compiled == [len(eg._configs(a, epilogue))]
+    assert len(cache) - before <= compiled[0], "a launch compiled a config again (warmup and launch keys differ)"
+    ref = torch.nn.functional.gelu((a.double() * scale.double()[:, None]) @ w.double().t(), approximate="tanh")
+    assert rel(out, ref) < tol(torch.bfloat16)
+
+
 @pytest.mark.skipif(not CUDA, reason="Inductor launches the Triton kernel on the GPU")
 @pytest.mark.parametrize("train", [False, True])
 def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):

@@ -49,11 +49,14 @@ def m_bucket(m: int) -> int:
     return 1 << max(m - 1, 0).bit_length()
 
 
-def fastest_config(configs, run, what: str):
+def fastest_config(configs, run, what: str, compile_only=None):
     """The config of ``configs`` whose launch ``run(cfg)`` has the lowest median time under a CUDA graph; one
-    that does not compile, fit in shared memory or launch is skipped."""
+    that does not compile, fit in shared memory or launch is skipped. ``compile_only(cfg)``, where given,
+    compiles a config without launching it: all are compiled first, on threads (Triton's compiler and ptxas run
+    outside the GIL), then timed one by one."""
     from triton.testing import do_bench_cudagraph
 
+    precompile(configs, compile_only)
     best, best_ms = None, float("inf")
     for cfg in configs:
         try:
@@ -66,6 +69,25 @@ def fastest_config(configs, run, what: str):
     if best is None:
         raise RuntimeError(f"no config compiled for {what}")
     return best
+
+
+def precompile(configs, compile_only, max_threads: int = 8) -> None:
+    """``compile_only(cfg)`` for each config, the first alone (it sets up the kernel's caches), the rest on
+    threads; a config that fails is left for its launch to report."""
+    if compile_only is None or len(configs) < 2:
+        return
+    import concurrent.futures
+
+    def attempt(cfg):
+        try:
+            compile_only(cfg)
+        except Exception:
+            pass
+
+    attempt(configs[0])
+    threads = min(max_threads, os.cpu_count() or 1, len(configs) - 1)
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(attempt, configs[1:]))
 
 
 def traced(t: torch.Tensor) -> bool:

@@ -42,6 +42,7 @@ tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -452,8 +453,9 @@ class HeadNorm:
 
 def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
            scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None,
-           x=None, gamma=None, colpart=None, head_norm: HeadNorm | None = None) -> None:
-    """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None."""
+           x=None, gamma=None, colpart=None, head_norm: HeadNorm | None = None, compile_only: bool = False) -> None:
+    """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None.
+    ``compile_only``: compile the kernel for these arguments (Triton's ``warmup``) without launching it."""
     M, K = a.shape
     N = w.shape[1 if w_kn else 0]
     if a.is_cuda:
@@ -468,7 +470,9 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     if a.dtype == torch.float32 and a.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
     dummy = unused_pointer(a)  # never touched: the flags that would read it are off
-    launcher(epilogue_gemm_kernel, a)[(min(programs, tiles),)](
+    kernel = launcher(epilogue_gemm_kernel, a)
+    grid = (min(programs, tiles),)
+    (functools.partial(kernel.warmup, grid=grid) if compile_only else kernel[grid])(
         a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
         *(t if t is not None else dummy for t in (
             (residual_norm.scale, residual_norm.shift, residual_norm.weight, residual_norm.bias)
@@ -503,7 +507,8 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     if len(configs) == 1:
         _TUNED[key] = configs[0]
     if key not in _TUNED:
-        _TUNED[key] = fastest_config(configs, run, f"epilogue_gemm {key}")
+        _TUNED[key] = fastest_config(configs, run, f"epilogue_gemm {key}",
+                                     compile_only=lambda cfg: run(cfg, compile_only=True))
     return _TUNED[key]
 
 
@@ -539,8 +544,8 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
     tensors = dict(aux=aux, residual=residual, bias=bias, scale=scale, shift=shift, u=u, partials=partials,
                    residual_norm=residual_norm, head_norm=head_norm)
 
-    def run(cfg):
-        launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, **tensors)
+    def run(cfg, compile_only=False):
+        launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, compile_only=compile_only, **tensors)
 
     run(config or tuned_config(a, w, w_kn, epilogue, run))
     return out, aux_out, partials_out
@@ -563,8 +568,8 @@ def norm_backward_gemm(dz: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd:
         return dx, colpart
     tensors = dict(residual=dresidual, scale=rstd, shift=row_mean, x=x, gamma=gamma, colpart=colpart)
 
-    def run(cfg):
-        launch(cfg, dz, w, dx, epilogue=epilogue, w_kn=w_kn, **tensors)
+    def run(cfg, compile_only=False):
+        launch(cfg, dz, w, dx, epilogue=epilogue, w_kn=w_kn, compile_only=compile_only, **tensors)
 
     run(config or tuned_config(dz, w, w_kn, epilogue, run))
     return dx, colpart

@@ -57,7 +57,8 @@ class NormFusionConfig:
     compiled_check: bool = False
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
-    #: launch cannot take (dynamic M, eps as a tensor) use the op either way
+    #: launch cannot take use the op either way: eps as a tensor; dynamic M for the older prologue families (the
+    #: regrouped GEMMs take one dynamic leading dim)
     launch: str = "direct"
     #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host

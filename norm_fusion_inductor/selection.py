@@ -704,7 +704,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
         why_op = ("no tuned Triton config to launch directly" if direct_launch and triton_config is None
-                  else "not launched directly (launch='op' or a dynamic shape)" if not direct_launch else "")
+                  else "not launched directly (launch='op', or a shape the traced launch does not serve)"
+                  if not direct_launch else "")
         return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate"
                                         + (f" ({why_op})" if why_op else ""))

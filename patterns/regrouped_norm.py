@@ -521,10 +521,11 @@ def _static_view(shape) -> list:
 
 
 def _direct_launch(ctx, *values) -> bool:
-    """Whether the GEMM's launch can be traced into the graph: launch "direct", static shapes, a GPU."""
+    """Whether the GEMM's launch can be traced into the graph: launch "direct", a GPU, and shapes the traced code
+    serves (static, or one dynamic leading dim: M, which the launch reads from its input without a guard)."""
     values = [v.meta["val"] if isinstance(v, Node) else v for v in values]
     return (ctx.config.launch == "direct" and values[0].device.type == "cuda"
-            and not any(isinstance(d, torch.SymInt) for v in values for d in v.shape))
+            and all(_dynamic_rejection(v.shape) is None for v in values))
 
 
 def _backend(choice) -> str:

@@ -262,12 +262,14 @@ TRACED_CASES = {
 }
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic_M"])
 @pytest.mark.parametrize("case", sorted(TRACED_CASES))
-def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case):
+def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case, dynamic):
     """The traced launch's wiring (strides, flags, grid, the outputs it returns), run: the graph traced with fake
     CPU tensors, its kernel then swapped for the interpreter's, and executed on fresh operands (outputs poisoned
     with NaN) against the op's torch reference on float64 operands (``regrouped.reference``): out, aux and the
-    statistics partials."""
+    statistics partials. ``dynamic_M``: traced with M symbolic (dynamic shapes) and run at another M; the trace
+    adds no guard on M (the whole persistent grid, sizes read from the inputs)."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
     from triton.runtime.jit import JITFunction
 
@@ -284,17 +286,26 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case):
                 monkeypatch.setattr(module, name, JITFunction(kernel.fn))
     if not interpreted:
         pytest.skip("needs the Triton interpreter (the CPU suite's conftest turns it on)")
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
     spec = TRACED_CASES[case]
     M, K, N, D = 37, 48, 64, 16
     torch.manual_seed(11)
     reals = _operands(M, K, N, D)
     names = [n for n in spec["args"] if n is not None] + (["head_weight", "cos", "sin"] if spec.get("head") else [])
-    mode = torch._subclasses.FakeTensorMode()
+    mode = torch._subclasses.FakeTensorMode(shape_env=ShapeEnv() if dynamic else None)
+
+    def fake(t):  # with dynamic M, every dim of size M symbolic (one symbol: the inputs share M)
+        if not dynamic:
+            return mode.from_tensor(t)
+        dims = [DimDynamic.DYNAMIC if d == M else DimDynamic.STATIC for d in t.shape]
+        return mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
+
     graph = torch.fx.Graph()
     nodes = {}
     for name in names:
         nodes[name] = graph.placeholder(name)
-        nodes[name].meta["val"] = mode.from_tensor(reals[name])
+        nodes[name].meta["val"] = fake(reals[name])
     anchor = graph.output(None)
     gemm = regrouped.gemm_call(dict(eg.INTERPRETER_CONFIG, BLOCK_N=32))
 
@@ -307,6 +318,10 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case):
         return op(*args, *spec["flags"], False, backend="triton", **head)
 
     anchor.args = (tuple(insert_traced(graph, lambda **t: call(gemm, **t), nodes, before=anchor, functional=True)),)
+    if dynamic:
+        assert not mode.shape_env.guards, mode.shape_env.guards
+        M = 53  # run at another M than traced
+        reals = _operands(M, K, N, D)
     for (module, name), kernel in interpreted.items():
         monkeypatch.setattr(module, name, kernel)
     for node in graph.nodes:

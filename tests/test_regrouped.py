@@ -401,6 +401,40 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):
         assert all(rel(g, r) < tol(torch.bfloat16) for g, r in zip(grads, grads_ref))
 
 
+@pytest.mark.skipif(not CUDA, reason="Inductor launches the Triton kernel on the GPU")
+def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
+    """Under dynamic shapes (torch.compile's recompile at a second batch size) the regrouped GEMMs stay launched
+    from Inductor's code, M read from the input: no op call, outputs as eager's at each size, and a third batch
+    size reuses the graph. Timings faked (every GEMM wins), the tuning real."""
+    from torch._inductor.utils import run_and_get_code
+
+    from norm_fusion_inductor import selection
+
+    real = selection._measure_epilogue
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, op_floor_ms=0.0: dict(
+        real(site, op_floor_ms=float("inf")), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
+    torch.manual_seed(9)
+    model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).eval()
+    options = {"norm_fusion": {"policy": "auto", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",),
+                               "cache_dir": str(tmp_path)}}
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=options)
+    with torch.no_grad():
+        for batch in (3, 5, 7):  # 3 static, 5 recompiles with the batch dynamic, 7 reuses that graph
+            nfi.clear_reports()
+            x = torch.randn(batch, 64, 32, device=DEVICE, dtype=torch.bfloat16)
+            out, code = run_and_get_code(compiled, x)
+            assert rel(out, model(x)) < tol(torch.bfloat16)
+            sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
+            if batch == 5:
+                assert sites and all(s.rewritten and "launched directly" in s.reason for s in sites), [
+                    s.reason for s in nfi.reports()]
+                code = "\n".join(code)
+                assert "epilogue_gemm_kernel" in code and "torch.ops.norm_fusion.epilogue_gemm" not in code
+            if batch == 7:
+                assert not sites, "batch 7 reuses the dynamic graph (no recompile)"
+
+
 @pytest.mark.parametrize("name", ["swiglu", "ln_gelu"])
 def test_inference_keeps_folded_weights_until_the_parameters_change(name):
     """Inference (no backward): each consumer's W·γ (the SwiGLU pair interleaved; LayerNorm's u and v) is computed

@@ -471,7 +471,9 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         dot_precision = "tf32"
     dummy = unused_pointer(a)  # never touched: the flags that would read it are off
     kernel = launcher(epilogue_gemm_kernel, a)
-    grid = (min(programs, tiles),)
+    # a symbolic M (a direct launch traced under dynamic shapes) takes the whole persistent grid: min() would
+    # guard on M, and programs without a tile exit at once
+    grid = (programs,) if isinstance(M, torch.SymInt) else (min(programs, tiles),)
     (functools.partial(kernel.warmup, grid=grid) if compile_only else kernel[grid])(
         a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
         *(t if t is not None else dummy for t in (

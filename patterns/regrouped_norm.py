@@ -472,7 +472,10 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads)
 
-        choice, sources, fold_note = choose_fold(choose, passes, sources, fold_note)
+        if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor folds
+            choice, sources, fold_note = choose(0), None, "W·γ folded once (Inductor's freezing)"  # W·γ once
+        else:
+            choice, sources, fold_note = choose_fold(choose, passes, sources, fold_note)
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))

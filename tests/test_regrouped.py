@@ -290,12 +290,16 @@ def test_inference_with_freezing_folds_gamma_once():
         x = torch.randn(16, 32, device=DEVICE)
         for freezing in (False, True):
             torch._dynamo.reset()
+            nfi.clear_reports()
             with torch._inductor.config.patch(freezing=freezing):
                 out, code = run_and_get_code(torch.compile(model, backend="norm_fusion", options=REGROUPED), x)
             assert rel(out, model(x)) < 1e-5
             calls = [line for line in code[0].splitlines() if "= torch.ops.norm_fusion.epilogue_gemm" in line]
             weight_arg = calls[0].split("(", 1)[1].split(",")[1].strip()
             assert weight_arg.startswith("_frozen_param") == freezing, calls[0]
+            reasons = [r.reason for r in nfi.reports() if r.fusion == "regrouped_norm"]
+            # priced without a per-call fold under freezing
+            assert any("W·γ folded once (Inductor's freezing)" in r for r in reasons) == freezing, reasons
 
 
 

@@ -543,30 +543,6 @@ def test_transformers_tanh_gelus_run_in_the_epilogue(activation):
     assert sites and "activation gelu_tanh in the epilogue" in sites[0].reason, [s.line() for s in sites]
 
 
-def test_normalized_tensor_read_elsewhere_is_left_unfused():
-    """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
-    of a matmul output could) stays unfused, with that reason."""
-
-    class Reused(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm, self.fc = nn.LayerNorm(32), nn.Linear(32, 32)
-
-        def forward(self, x):
-            h = self.norm(x)
-            return torch.tanh(h) + self.fc(h)
-
-    nfi.clear_reports()
-    torch._dynamo.reset()
-    model = Reused().to(DEVICE)
-    x = torch.randn(16, 32, device=DEVICE)
-    out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
-    assert rel(out, model(x)) < 1e-5
-    sites = [s for s in nfi.reports() if s.fusion in ("regrouped_norm", "layer_norm_matmul")]
-    assert sites and not any(s.rewritten for s in sites)
-    assert "also used by aten.tanh" in sites[0].reason, sites[0].reason
-
-
 class _ReusedNorm(nn.Module):
     """The normalized tensor is read by a matmul and a tanh (which no family can serve)."""
 
@@ -577,6 +553,20 @@ class _ReusedNorm(nn.Module):
     def forward(self, x):
         h = self.norm(x)
         return torch.tanh(h) + self.fc(h)
+
+
+def test_normalized_tensor_read_elsewhere_is_left_unfused():
+    """A normalized tensor also read by something that cannot normalize it on load (here a tanh; a residual add
+    of a matmul output could) stays unfused, with that reason."""
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    model = _ReusedNorm().to(DEVICE)
+    x = torch.randn(16, 32, device=DEVICE)
+    out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+    assert rel(out, model(x)) < 1e-5
+    sites = [s for s in nfi.reports() if s.fusion in ("regrouped_norm", "layer_norm_matmul")]
+    assert sites and not any(s.rewritten for s in sites)
+    assert "also used by aten.tanh" in sites[0].reason, sites[0].reason
 
 
 class _ReusedWithResidual(_ReusedNorm):

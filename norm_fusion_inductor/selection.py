@@ -30,6 +30,7 @@ import torch
 
 from .config import NormFusionConfig
 from .kernels import norm_attention, norm_gemm, norm_gemm_gluon
+from .timing import graph_ms, host_ms, interleaved_medians
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,30 +268,6 @@ def _host_bound_risk(t: dict, plan) -> bool:
             and t["host_ms"] > HOST_BOUND_RISK * t["fused_ms"] and not torch._inductor.config.triton.cudagraphs)
 
 
-def _host_ms(fn, calls: int = 10, batches: int = 5, sync=None) -> float:
-    """Host time per call of ``fn`` (ms): the median over ``batches`` of ``calls`` calls queued without waiting
-    for the GPU, which runs behind (a single batch of 20 calls read anywhere from 0.16 to 0.38 ms for one plan
-    across the small sites of the H200 LayerNorm sweep, 2026-11-30). The Python dispatcher that Inductor's compile
-    turns on is turned off meanwhile: it made eager calls look 2.5x slower than they run (see _measure), and
-    the compiled graph does not run under it."""
-    import time
-
-    from torch._dispatch.python import no_python_dispatcher
-
-    sync = sync or torch.cuda.synchronize
-    per_batch = []
-    with no_python_dispatcher():
-        fn()
-        sync()
-        for _ in range(batches):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            per_batch.append((time.perf_counter() - start) / calls * 1e3)
-            sync()
-    return statistics.median(per_batch)
-
-
 def _inputs(site: MatmulSite) -> dict:
     """Random operands shaped like the site's. They look like real ones (γ near 1, W scaled by 1/√K): the H200's
     clocks depend on the data the tensor cores see."""
@@ -339,14 +316,9 @@ def _measure(site: MatmulSite) -> dict:
     Timed by CUDA-graph replay: the pass runs inside Inductor's compile, where the Python dispatcher makes every
     eager call slow (measured: small fused launches looked 2.5x slower than they run), and graph replay takes
     the host out of both sides alike."""
-    from triton.testing import do_bench_cudagraph
-
     t = _post_inputs(site) if site.position == "post" else _inputs(site)
     x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
     plan = tuple(_tune(site, t)["plan"])
-
-    def bench(fn):
-        return do_bench_cudagraph(fn, rep=30, return_mode="median")
 
     def fused_with(plan):
         if site.position == "post":
@@ -372,15 +344,15 @@ def _measure(site: MatmulSite) -> dict:
         direct = fused_with(direct_plan)
         times["direct_ms"] = []
     for _ in range(3):  # interleaved, so clock drift hits both sides
-        times["fused_ms"].append(bench(fused))
-        times["mm_ms"].append(bench(mm))
-        times["copy_ms"].append(bench(lambda: _copy(y, copied)))
+        times["fused_ms"].append(graph_ms(fused))
+        times["mm_ms"].append(graph_ms(mm))
+        times["copy_ms"].append(graph_ms(lambda: _copy(y, copied)))
         if gluon:
-            times["direct_ms"].append(bench(direct))
+            times["direct_ms"].append(graph_ms(direct))
     result = {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
     if gluon:
         with norm_gemm_gluon.through_op():  # launched as the compiled graph launches it
-            result.update(host_ms=_host_ms(fused), direct_plan=list(direct_plan))
+            result.update(host_ms=host_ms(fused), direct_plan=list(direct_plan))
     return result
 
 
@@ -575,20 +547,16 @@ def _measure_attention(site: AttentionSite) -> dict:
 
     y = torch.empty_like(q)
     times = _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: _copy(y, q)}, False)
-    return {**times, "host_ms": _host_ms(fused)}
+    return {**times, "host_ms": host_ms(fused)}
 
 
 def _time_interleaved(fns: dict, train: bool) -> dict:
     """Median times of three interleaved rounds: CUDA-graph replays, or for training plain do_bench (autograd
     runs the backward on its own device thread, which a CUDA-graph capture does not see), every side alike."""
-    from triton.testing import do_bench, do_bench_cudagraph
+    from triton.testing import do_bench
 
-    bench = do_bench if train else do_bench_cudagraph
-    times = {name: [] for name in fns}
-    for _ in range(3):
-        for name, fn in fns.items():
-            times[name].append(bench(fn, rep=30, return_mode="median"))
-    return {name: statistics.median(v) for name, v in times.items()}
+    time_one = (lambda fn: do_bench(fn, rep=30, return_mode="median")) if train else graph_ms
+    return interleaved_medians(fns, 3, time_one)
 
 
 # --- regrouped normalization: one epilogue GEMM against the GEMM and the round trips it removes --------------------
@@ -735,8 +703,6 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
     """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
     the Triton kernel's tuned config and each op's host time. Quack, whose JIT costs seconds per GEMM, is timed
     only where the bound (cuBLAS + saved bytes) exceeds ``op_floor_ms``, below which an op cannot be chosen."""
-    from triton.testing import do_bench_cudagraph
-
     from . import regrouped
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
@@ -773,7 +739,7 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
     fns = {"triton_ms": on("triton"), "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
     for fn in fns.values():
         fn()  # the Triton kernel tunes and compiles outside the graph capture
-    times = {name: do_bench_cudagraph(fn, rep=30, return_mode="median") for name, fn in fns.items()}
+    times = {name: graph_ms(fn) for name, fn in fns.items()}
     quack_reason = _quack_reason(site, a, w)
     bound = times["mm_ms"] + times["saved_ms"]
     if quack_reason is None and bound <= op_floor_ms:
@@ -787,14 +753,14 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
             quack_reason = new[0]
         else:
             fns["quack_ms"] = on("quack")
-            times["quack_ms"] = do_bench_cudagraph(fns["quack_ms"], rep=30, return_mode="median")
+            times["quack_ms"] = graph_ms(fns["quack_ms"])
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     if "quack_ms" in times:
         times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
     for name in ("triton", "quack"):  # the op call's host time, logged with the choice (not yet priced)
         if f"{name}_ms" in fns:
-            times[f"{name}_host_ms"] = _host_ms(fns[f"{name}_ms"])
+            times[f"{name}_host_ms"] = host_ms(fns[f"{name}_ms"])
     return times
 
 

@@ -9,7 +9,7 @@ position's share out of every variant alike.
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from typing import Callable, Optional
 
 
 def interleaved_medians(fns: dict, rounds: int, time_one: Callable) -> dict:
@@ -20,3 +20,62 @@ def interleaved_medians(fns: dict, rounds: int, time_one: Callable) -> dict:
         for name, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
             times[name].append(time_one(fn))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def graph_ms(fn: Callable, budget_ms: float = 6.0, replays: int = 5, max_calls: int = 200) -> float:
+    """GPU ms of one call of ``fn``: the median of ``replays`` replays of one CUDA graph of n calls, n chosen so
+    that a replay lasts about ``budget_ms`` (1 ≤ n ≤ max_calls), on a side stream. Graph replay takes the host
+    out (the pass runs inside Inductor's compile, where the Python dispatcher makes eager calls slow). Triton's
+    ``do_bench_cudagraph(rep=r)`` replays its graph ten times for r ms each (330 ms at r = 30) and captures
+    r ms worth of calls: about ten times this one's GPU time, and, for a Python-heavy call, its capture's host time
+    too; the selection calls the timer a dozen times per site."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        fn()
+        start.record()
+        for _ in range(3):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = start.elapsed_time(end) / 3
+        calls = max(1, min(max_calls, int(budget_ms / max(estimate, 1e-4))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        times = []
+        for _ in range(replays):
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def host_ms(fn: Callable, calls: int = 10, batches: int = 5, sync: Optional[Callable] = None) -> float:
+    """Host time per call of ``fn`` (ms): the median over ``batches`` of ``calls`` calls queued without waiting
+    for the GPU, which runs behind (a single batch of 20 calls read anywhere from 0.16 to 0.38 ms for one plan
+    across the small sites of the H200 LayerNorm sweep). The Python dispatcher that Inductor's compile turns on is
+    turned off meanwhile: it made eager calls look 2.5x slower than they run, and the compiled graph does not run
+    under it."""
+    import time
+
+    import torch
+    from torch._dispatch.python import no_python_dispatcher
+
+    sync = sync or torch.cuda.synchronize
+    per_batch = []
+    with no_python_dispatcher():
+        fn()
+        sync()
+        for _ in range(batches):
+            begin = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per_batch.append((time.perf_counter() - begin) / calls * 1e3)
+            sync()
+    return statistics.median(per_batch)

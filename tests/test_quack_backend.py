@@ -189,10 +189,8 @@ def test_quack_is_not_compiled_where_an_op_cannot_win(monkeypatch, op_floor_ms, 
     """The measurement compiles Quack (seconds of JIT per GEMM) only where its op could be chosen: a bound
     (cuBLAS + saved bytes, here 0.05 + 0.05 ms) under min_kernel_ms × min_speedup cannot be beaten by an op
     call that must itself run min_kernel_ms. Timings faked; the GEMMs run on the CPU."""
-    import triton.testing
-
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: (fn(), 0.05)[1])
-    monkeypatch.setattr(selection, "_host_ms", lambda fn: 0.0)
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), 0.05)[1])
+    monkeypatch.setattr(selection, "host_ms", lambda fn: 0.0)
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
     site = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
                                   False, False, 4096)

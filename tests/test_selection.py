@@ -135,7 +135,7 @@ def test_host_time_is_measured_without_the_python_dispatcher():
     key = torch._C.DispatchKey.PythonDispatcher
     seen = []
     with enable_python_dispatcher():
-        ms = selection._host_ms(lambda: seen.append(torch._C._dispatch_tls_is_dispatch_key_included(key)),
+        ms = selection.host_ms(lambda: seen.append(torch._C._dispatch_tls_is_dispatch_key_included(key)),
                                 calls=5, batches=2, sync=lambda: None)
         assert torch._C._dispatch_tls_is_dispatch_key_included(key)  # restored after
     assert seen == [False] * 11 and ms >= 0

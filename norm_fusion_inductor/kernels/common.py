@@ -50,18 +50,18 @@ def m_bucket(m: int) -> int:
 
 
 def fastest_config(configs, run, what: str, compile_only=None):
-    """The config of ``configs`` whose launch ``run(cfg)`` has the lowest median time under a CUDA graph; one
+    """The config of ``configs`` whose launch ``run(cfg)`` has the lowest time under a CUDA graph; one
     that does not compile, fit in shared memory or launch is skipped. ``compile_only(cfg)``, where given,
     compiles a config without launching it: all are compiled first, on threads (Triton's compiler and ptxas run
     outside the GIL), then timed one by one."""
-    from triton.testing import do_bench_cudagraph
+    from ..timing import graph_ms
 
     precompile(configs, compile_only)
     best, best_ms = None, float("inf")
     for cfg in configs:
         try:
             run(cfg)  # compile outside the graph capture
-            ms = do_bench_cudagraph(lambda: run(cfg), rep=20, return_mode="median")
+            ms = graph_ms(lambda: run(cfg))
         except Exception:
             continue
         if ms < best_ms:

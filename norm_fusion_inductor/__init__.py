@@ -6,14 +6,23 @@
 See README.md.
 """
 
-from . import attention_ops, ops, regrouped  # noqa: F401  (registers torch.ops.norm_fusion.*)
-from .attention_ops import flash_norm_attention
-from .backend import norm_fusion_backend
-from .config import FUSIONS, KNOWN_FUSIONS, NormFusionConfig
-from .explain import Explanation, explain
-from .passes import NormFusionPass, enabled, inductor_options
-from .regrouped import clear_folded_weights
-from .report import SiteRecord, clear_reports, reports
+import importlib.util as _util
+import pathlib as _pathlib
+
+# patterns/ sits at the top of the repository (installed as norm_fusion_inductor.patterns by setup.py): from a
+# source checkout without an install, the package finds it there
+_checkout = _pathlib.Path(__file__).resolve().parent.parent
+if (_checkout / "patterns" / "__init__.py").is_file() and _util.find_spec(__name__ + ".patterns") is None:
+    __path__.append(str(_checkout))
+
+from . import attention_ops, ops, regrouped  # noqa: E402, F401  (registers torch.ops.norm_fusion.*)
+from .attention_ops import flash_norm_attention  # noqa: E402
+from .backend import norm_fusion_backend  # noqa: E402
+from .config import FUSIONS, KNOWN_FUSIONS, NormFusionConfig  # noqa: E402
+from .explain import Explanation, explain  # noqa: E402
+from .passes import NormFusionPass, enabled, inductor_options  # noqa: E402
+from .regrouped import clear_folded_weights  # noqa: E402
+from .report import SiteRecord, clear_reports, reports  # noqa: E402
 
 __all__ = [
     "Explanation",

@@ -147,12 +147,12 @@ def _static_reason(site: MatmulSite) -> Optional[str]:
 
 def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> dict:
     """``measure(site)`` (GPU timings, a tuned plan), once per site key: from memory, the disk cache, or measured
-    now (and stored). The plan is stored as [prologue, config] in JSON and returned as a tuple."""
+    now (and stored). A plan is stored as [kernel, config] in JSON and returned as a ``norm_gemm.Plan``."""
     key = _key(site) + ("" if kind == "times" else "|" + kind)
     entry = dict(_disk_cached(key, config, lambda: measure(site)))
     for name in ("plan", "direct_plan"):
         if entry.get(name) is not None:
-            entry[name] = tuple(entry[name])
+            entry[name] = norm_gemm.Plan.of(entry[name])
     return entry
 
 
@@ -236,10 +236,7 @@ def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> 
 
 def _plan_name(plan) -> str:
     """"gluon_in_loop 128x256x64", for the site's reason: which mainloop and prologue run it."""
-    if not plan:
-        return "tuned at run time"
-    cfg = plan[1]
-    return f"{plan[0]} {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')}x{cfg.get('BLOCK_K')}"
+    return str(norm_gemm.Plan.of(plan)) if plan else "tuned at run time"
 
 
 def _with_host_cost(t: dict) -> tuple:
@@ -264,7 +261,7 @@ def _with_host_cost(t: dict) -> tuple:
 def _host_bound_risk(t: dict, plan) -> bool:
     """Whether the chosen plan is a Gluon one (launched from Python through its op) whose measured host time is
     above HOST_BOUND_RISK of its GPU time, without CUDA graphs to replay the launches."""
-    return (plan is not None and str(plan[0]).startswith("gluon_") and "host_ms" in t
+    return (plan is not None and norm_gemm.Plan.of(plan).gluon and "host_ms" in t
             and t["host_ms"] > HOST_BOUND_RISK * t["fused_ms"] and not torch._inductor.config.triton.cudagraphs)
 
 
@@ -318,7 +315,7 @@ def _measure(site: MatmulSite) -> dict:
     the host out of both sides alike."""
     t = _post_inputs(site) if site.position == "post" else _inputs(site)
     x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
-    plan = tuple(_tune(site, t)["plan"])
+    plan = norm_gemm.Plan.of(_tune(site, t)["plan"])
 
     def fused_with(plan):
         if site.position == "post":
@@ -338,9 +335,9 @@ def _measure(site: MatmulSite) -> dict:
     copied = mm() if site.position == "post" else x  # the norm's input
     y = torch.empty_like(copied)
     times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
-    gluon = plan[0].startswith(norm_gemm.GLUON)
+    gluon = plan.gluon
     if gluon:  # the best plan Inductor launches itself, for _with_host_cost
-        direct_plan = tuple(_tune(site, t, gluon=False)["plan"])
+        direct_plan = norm_gemm.Plan.of(_tune(site, t, gluon=False)["plan"])
         direct = fused_with(direct_plan)
         times["direct_ms"] = []
     for _ in range(3):  # interleaved, so clock drift hits both sides

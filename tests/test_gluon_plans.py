@@ -22,7 +22,7 @@ def _x(device, K, dtype=torch.bfloat16):
 
 def test_gluon_plans_offered_for_16_bit_inputs_on_sm90(sm90):
     plans = norm_gemm._candidate_plans(_x(sm90, 1024))
-    gluon = [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
+    gluon = [p for p in plans if p.gluon]
     assert {p[0] for p in gluon} == {"gluon_in_loop", "gluon_pre_pass"}
     assert len(gluon) == 2 * len(norm_gemm_gluon.CONFIGS + norm_gemm_gluon.OFFERED_WS)
     assert [p[1] for p in gluon if p[1].get("warp_specialize")] == 2 * norm_gemm_gluon.OFFERED_WS
@@ -35,7 +35,7 @@ def test_gluon_plans_offered_for_16_bit_inputs_on_sm90(sm90):
 ])
 def test_gluon_plans_left_out(sm90, dtype, K, w_kn, center, reason):
     plans = norm_gemm._candidate_plans(_x(sm90, K, dtype), center=center, w_kn=w_kn)
-    assert not [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
+    assert not [p for p in plans if p.gluon]
     cfg = norm_gemm_gluon.CONFIGS[0]
     assert reason in norm_gemm_gluon.unsupported_reason(dtype, sm90, K, cfg, "in_loop", center, w_kn)
 
@@ -43,7 +43,7 @@ def test_gluon_plans_left_out(sm90, dtype, K, w_kn, center, reason):
 def test_gluon_plans_take_the_weight_stored_k_n(sm90):
     """GPT-2's Conv1D weight [K, N]: the same Gluon plans as [N, K] (checked on the H200 by gluon_probe.py --w-kn)."""
     def gluon(w_kn):
-        return [p for p in norm_gemm._candidate_plans(_x(sm90, 1024), w_kn=w_kn) if p[0].startswith(norm_gemm.GLUON)]
+        return [p for p in norm_gemm._candidate_plans(_x(sm90, 1024), w_kn=w_kn) if p.gluon]
     assert gluon(True) and gluon(True) == gluon(False)
 
 
@@ -59,7 +59,7 @@ def test_gluon_layer_norm_in_loop_needs_whole_k_tiles(sm90):
 def test_no_gluon_plans_off_sm90(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
     plans = norm_gemm._candidate_plans(_x(torch.device("cuda", 0), 1024))
-    assert plans and not [p for p in plans if p[0].startswith(norm_gemm.GLUON)]
+    assert plans and not [p for p in plans if p.gluon]
 
 
 
@@ -231,7 +231,7 @@ def test_post_norm_tuning_offers_the_gluon_row_plans_where_rows_fit(sm90, monkey
     triton_plans = norm_gemm._post_candidate_plans(x, N)
     # whole rows per tile: row plans where N fits one, no plan at all where it does not
     assert [p[0] for p in triton_plans] == (["row", "row"] if N <= 256 else [])
-    gluon_rows = [p for p in timed if p[0] == norm_gemm.GLUON + "row"]
+    gluon_rows = [p for p in timed if p.kernel == norm_gemm.GLUON + "row"]
     expected = [cfg for cfg in norm_gemm_gluon.POST_CONFIGS if N <= cfg["BLOCK_N"]] if gluon else []
     assert [p[1] for p in gluon_rows] == expected and timed[:len(triton_plans)] == triton_plans
 

@@ -218,7 +218,7 @@ def test_direct_launch_end_to_end(norm, mode, train, mainloop, monkeypatch, tmp_
 
     candidates = norm_gemm._candidate_plans
     monkeypatch.setattr(norm_gemm, "_candidate_plans", lambda *a, **k: [
-        p for p in candidates(*a, **k) if p[0].startswith(norm_gemm.GLUON) == (mainloop == "gluon")])
+        p for p in candidates(*a, **k) if p.gluon == (mainloop == "gluon")])
     monkeypatch.setattr(selection, "_MEMORY", {})
     monkeypatch.setattr(norm_gemm, "_TUNED", {})
     torch.manual_seed(0)

@@ -58,6 +58,7 @@ Gluon kernels into its generated code: a traced Gluon plan launches through a th
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -372,15 +373,16 @@ def _row_stats(x, rstd, mean, eps):
 def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None, w_kn=False):
     """Run one plan: ("in_loop" | "pre_pass" | "plain", block config). With ``mean`` given it is LayerNorm
     (γ, β optional), else RMSNorm. ``w_kn``: w is stored [K, N] (x @ w) instead of [N, K] (x @ wᵀ)."""
-    prologue, cfg = plan
+    plan = Plan.of(plan)
+    prologue, cfg = plan.placement, plan.config
     center = mean is not None
     k_dim = 0 if w_kn else 1  # w's K axis
     if center:  # β and the linear's bias become one epilogue bias: v = W β + b (fp32)
         bias = _fold_bias(w, beta, bias, k_dim)
-    if prologue.startswith(GLUON):  # the same prologue on the hand-scheduled Hopper mainloop
+    if plan.gluon:  # the same prologue on the hand-scheduled Hopper mainloop
         from . import norm_gemm_gluon
 
-        return norm_gemm_gluon.run(prologue[len(GLUON):], cfg, x, _fold(w, gamma, k_dim), out, rstd, eps, bias, mean,
+        return norm_gemm_gluon.run(prologue, cfg, x, _fold(w, gamma, k_dim), out, rstd, eps, bias, mean,
                                    w_kn)
     if prologue == "in_loop":
         if gamma is None:
@@ -462,6 +464,34 @@ GLUON = "gluon_"  # prefix of the plans that run on norm_gemm_gluon's mainloop (
 ALL_PROLOGUES = PROLOGUES + tuple(GLUON + p for p in PROLOGUES)
 
 
+class Plan(NamedTuple):
+    """One way to run a fused site: ``kernel`` names the norm's placement ("in_loop", "pre_pass" for pre-norm,
+    "row" for post-norm), prefixed ``gluon_`` where it runs on norm_gemm_gluon's mainloop; ``config`` is the
+    block config. A tuple, so it is stored as [kernel, config] in the selection's JSON cache."""
+
+    kernel: str
+    config: dict
+
+    @classmethod
+    def of(cls, plan) -> Optional["Plan"]:
+        """A Plan from a stored [kernel, config] (None stays None)."""
+        return None if plan is None else cls(*plan)
+
+    @property
+    def gluon(self) -> bool:
+        """Runs on the Gluon mainloop (launched from Python through its thin op), not on one Inductor launches."""
+        return self.kernel.startswith(GLUON)
+
+    @property
+    def placement(self) -> str:
+        """The norm's placement without the mainloop: "in_loop", "pre_pass" or "row"."""
+        return self.kernel.removeprefix(GLUON)
+
+    def __str__(self) -> str:
+        cfg = self.config
+        return f"{self.kernel} {cfg.get('BLOCK_M')}x{cfg.get('BLOCK_N')}x{cfg.get('BLOCK_K')}"
+
+
 def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) -> list[tuple]:
     prologues = PROLOGUES
     if center and x.dtype == torch.float32:
@@ -469,7 +499,7 @@ def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) 
         # unfused error at |μ| = 1000σ in fp32 (16-bit inputs: within it). The in-loop shift has no such term.
         prologues = ("in_loop",)
     if not x.is_cuda:
-        return [(prologue, _INTERPRETER_CONFIG) for prologue in prologues]
+        return [Plan(prologue, _INTERPRETER_CONFIG) for prologue in prologues]
     configs = _GPU_CONFIGS
     if x.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
         configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
@@ -478,11 +508,11 @@ def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) 
     # x − s made two of five configs wrong (errors 0.05–0.38, 2.3e2 at |μ| = 1000σ) even where K is a multiple
     # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/ln_inloop_probe.py,
     # H200, 2026-11-30). So the GPU runs it only where K % BLOCK_K == 0 (the kernel then has no where).
-    plans = [(prologue, cfg) for prologue in prologues for cfg in configs
+    plans = [Plan(prologue, cfg) for prologue in prologues for cfg in configs
              if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
     from . import norm_gemm_gluon
 
-    return plans + [(GLUON + prologue, cfg) for prologue in prologues
+    return plans + [Plan(GLUON + prologue, cfg) for prologue in prologues
                     for cfg in norm_gemm_gluon.CONFIGS + norm_gemm_gluon.OFFERED_WS
                     if norm_gemm_gluon.unsupported_reason(x.dtype, x.device, K, cfg, prologue, center, w_kn) is None]
 
@@ -495,7 +525,7 @@ def tuned_plan(x, w, gamma, bias, eps, prologues=ALL_PROLOGUES, beta=None, cente
            center, w_kn, tuple(prologues))
     if key in _TUNED:
         return _TUNED[key]
-    plans = [p for p in _candidate_plans(x, center, w_kn) if p[0] in prologues]
+    plans = [p for p in _candidate_plans(x, center, w_kn) if p.kernel in prologues]
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
     rstd = torch.empty(M, device=x.device, dtype=torch.float32)
     mean = torch.empty(M, device=x.device, dtype=torch.float32) if center else None
@@ -565,21 +595,22 @@ def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
     bn = max(64, triton.next_power_of_2(N))
     # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB;
     # flattened persistent loops measured slower: 0.159 vs 0.152 ms at 262144x256x256, H200, 2026-11-29)
-    return [("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
+    return [Plan("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
                          WARP_SPECIALIZE=False, FLATTEN=False))
             for bm, st, w in ((128, 3, 8), (64, 4, 4))]
 
 
 def _run_post(plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn,
               residual_out=None):
-    if plan[0] == GLUON + "row":  # the whole-row epilogue on the hand-scheduled Hopper mainloop
+    plan = Plan.of(plan)
+    if plan.gluon:  # the whole-row epilogue on the hand-scheduled Hopper mainloop
         from . import norm_gemm_gluon
 
-        return norm_gemm_gluon.post_run(plan[1], x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias,
+        return norm_gemm_gluon.post_run(plan.config, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias,
                                         eps, layer_norm, w_kn, residual_out)
     post = RowNorm(layer_norm, residual=residual, z=z, weight=norm_weight, bias=norm_bias, mean=mean,
                    residual_out=residual_out)
-    _launch(x, w, out, None, bias, rstd, eps, plan[1], w_kn=w_kn, post=post)
+    _launch(x, w, out, None, bias, rstd, eps, plan.config, w_kn=w_kn, post=post)
 
 
 def _post_plans(x, N: int, w_kn: bool, gluon: bool) -> list[tuple]:
@@ -589,7 +620,7 @@ def _post_plans(x, N: int, w_kn: bool, gluon: bool) -> list[tuple]:
         from . import norm_gemm_gluon
 
         M, K = x.shape
-        plans += [(GLUON + "row", cfg) for cfg in norm_gemm_gluon.POST_CONFIGS
+        plans += [Plan(GLUON + "row", cfg) for cfg in norm_gemm_gluon.POST_CONFIGS
                   if norm_gemm_gluon.post_unsupported_reason(x.dtype, x.device, M, K, N, cfg, w_kn) is None]
     return plans
 

@@ -366,10 +366,11 @@ def test_tuning_compiles_each_config_once(monkeypatch):
 
 
 @pytest.mark.skipif(not CUDA, reason="Inductor launches the Triton kernel on the GPU")
-@pytest.mark.parametrize("train", [False, True])
-def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):
+@pytest.mark.parametrize("train, cudagraphs", [(False, False), (True, False), (False, True), (True, True)])
+def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train, cudagraphs):
     """With the block config the selection tuned (its timings faked: every GEMM "wins"), the regrouped GEMMs on
-    Triton are launched by Inductor's generated code: no op call per step; outputs and gradients as eager's."""
+    Triton are launched by Inductor's generated code: no op call per step; outputs and gradients as eager's, also
+    replayed under CUDA graphs (``mode="reduce-overhead"``, as Inductor's option)."""
     from torch._inductor.utils import run_and_get_code
 
     from norm_fusion_inductor import selection
@@ -386,12 +387,18 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train):
     x = torch.randn(4, 64, 32, device=DEVICE, dtype=torch.bfloat16, requires_grad=train)
     options = {"norm_fusion": {"policy": "auto", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",),
                                "cache_dir": str(tmp_path)}}
+    if cudagraphs:  # torch.compile takes mode or options, not both
+        options["triton.cudagraphs"] = True
     nfi.clear_reports()
     torch._dynamo.reset()
     with torch.set_grad_enabled(train):
         compiled = torch.compile(model, backend="norm_fusion", options=options)
         out, code = run_and_get_code(compiled, x)
         ref = model(x)
+        if cudagraphs:  # the first call warms up, the second records, the third replays: each on fresh inputs
+            for _ in range(2):
+                x = torch.randn_like(x).requires_grad_(train)
+                out, ref = compiled(x), model(x)
     assert rel(out, ref) < tol(torch.bfloat16)
     sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
     assert sites and all(s.rewritten and "launched directly" in s.reason for s in sites), [

@@ -592,8 +592,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     for the same product plus a copy kernel moving the bytes its epilogue saves (``EpilogueSite.saved_bytes``).
     The unfused graph cannot move fewer bytes than that, so a GEMM that wins here by ``min_speedup`` wins against
     Inductor too. ``fold_bytes``: the weight-side passes the fused path adds per call (γ folded into the weight
-    in training), charged at the copy's measured rate; the margin pays for the op's host time and the timing's
-    noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused (its Python call per
+    in training), charged at the copy's measured rate; without CUDA graphs a GEMM that runs as an op (Quack, or
+    Triton not launched directly) is priced at its GPU time plus its measured host time per call; the margin
+    pays for the timing's noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused (its Python call per
     step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
     its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
     is taken where it passes the margin (the choice's ``plan`` is then its tuned block config). Without the
@@ -643,7 +644,17 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
             f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
     fold_ms = fold_bytes * t["saved_ms"] / max(saved, 1) if saved > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
     timed = {name: ms + fold_ms for name, ms in timed.items()}
-    backend = min(timed, key=timed.get)
+    triton_config = t.get("triton_config") if direct_launch else None
+    # Without CUDA graphs an op call's host time is the step's unless the GPU hides it, and where several ops run
+    # per step it does not: the recsys towers ran 0.83x with two Quack consumers whose kernels summed to 0.8x of
+    # default's GPU time (host 1.93 vs 0.56 ms per step). So an op-launched GEMM is priced at GPU + host time per
+    # call; the Triton kernel Inductor launches itself pays no such cost.
+    priced = dict(timed)
+    if not torch._inductor.config.triton.cudagraphs:
+        for name in priced:
+            if not (name == "triton" and triton_config is not None):
+                priced[name] += t.get(f"{name}_host_ms") or 0.0
+    backend = min(priced, key=priced.get)
     detail = (f"epilogue GEMM on {backend} {timed[backend]:.4f} ms vs unfused lower bound {bound:.4f} ms (cuBLAS "
               f"{t['mm_ms']:.4f} + {saved / 1e6:.1f} MB saved {t['saved_ms']:.4f}) at {M}x{K}x{N}")
     if fold_ms:
@@ -658,9 +669,10 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                if name not in timed and t.get(name + "_reason")]
     if others:
         detail += " (" + "; ".join(others) + ")"
-    if timed[backend] * config.min_speedup >= bound:
+    if priced[backend] != timed[backend]:
+        detail += f" (priced with its op call's host time: {priced[backend]:.4f} ms)"
+    if priced[backend] * config.min_speedup >= bound:
         return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
-    triton_config = t.get("triton_config") if direct_launch else None
     if triton_config is not None and "triton" in timed and timed["triton"] * config.min_speedup < bound:
         if backend == "triton" or timed[backend] < config.min_kernel_ms:
             # launched by Inductor's code: no op call per step (the faster op-launched backend would be host-bound)
@@ -755,7 +767,7 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     if "quack_ms" in times:
         times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
-    for name in ("triton", "quack"):  # the op call's host time, logged with the choice (not yet priced)
+    for name in ("triton", "quack"):  # the op call's host time, priced where the GEMM runs as an op
         if f"{name}_ms" in fns:
             times[f"{name}_host_ms"] = host_ms(fns[f"{name}_ms"])
     return times

@@ -149,6 +149,30 @@ def test_choice_between_backends(monkeypatch, tmp_path):
     assert _choose(NormFusionConfig(policy="always", gemm_backends=("quack",))).implementation == "regrouped_quack"
 
 
+def test_op_calls_are_priced_with_their_host_time(monkeypatch, tmp_path):
+    """Without CUDA graphs a GEMM run as an op costs its GPU time plus its host time per call (the recsys towers
+    ran host-bound with two Quack consumers that were faster on the GPU): the Triton kernel Inductor launches
+    itself wins over a Quack op that is faster only on the GPU, and an op whose saving is under its host time
+    stays unfused; under CUDA graphs the host time is not charged."""
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
+    # the RMS tower's consumer (H200): Quack 0.410 ms on the GPU, 0.291 ms host; Triton 0.422; bound 0.572
+    numbers = dict(triton_ms=0.422, quack_ms=0.410, mm_ms=0.280, saved_ms=0.292, quack_reason=None,
+                   triton_host_ms=0.378, quack_host_ms=0.291, triton_config=cfg)
+    _fake_gpu(monkeypatch, numbers)
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    choice = _choose(config, direct_launch=True)
+    assert choice.implementation == "regrouped_triton" and choice.plan == cfg, choice.reason
+    # the same through the op (no direct launch): both pay their host time, and neither passes the margin
+    choice = _choose(config)
+    assert not choice.fused and "priced with its op call's host time" in choice.reason, choice.reason
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        assert _choose(config, direct_launch=True).implementation == "regrouped_quack"
+    # a long GEMM whose saving dwarfs the host time stays on Quack
+    _fake_gpu(monkeypatch, dict(numbers, triton_ms=5.92, quack_ms=5.54, mm_ms=5.57, saved_ms=0.49,
+                                quack_host_ms=0.12))
+    assert _choose(config, direct_launch=True).implementation == "regrouped_quack"
+
+
 def test_short_gemms_stay_unfused_unless_cuda_graphs(monkeypatch, tmp_path):
     """The op is a Python call per GEMM: a kernel shorter than min_kernel_ms would leave the GPU waiting on the
     host, which the CUDA-graph timing does not show."""

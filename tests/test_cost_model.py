@@ -1,0 +1,168 @@
+"""The regrouped-normalization cost model (norm_fusion_inductor/cost_model.py, issue 27): its basic properties
+on the CPU, and the parsing of the selection's logged reasons by benchmarks/cost_model.py. No expected kernel
+times from the GPU logs: those are the benchmark's business."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+from norm_fusion_inductor import cost_model as cm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H200 = "NVIDIA H200"
+
+
+def _bench():
+    name = "_bench_cost_model"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", "cost_model.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def test_unknown_gpu_and_calibration():
+    assert cm.predict(8192, 4096, 4096, 2, "consumer_rms", 1e6, gpu="NVIDIA Imaginary X1") is None
+    assert cm.calibration("NVIDIA Imaginary X1") is None
+    cal = cm.calibration(H200)
+    assert cal is not None and {"mm", "triton", "quack", "copy"} <= set(cal)
+    cal["mm"]["eff"] = 0.01  # a copy: the stored constants are untouched
+    assert cm.CALIBRATION[H200]["mm"]["eff"] != 0.01
+
+
+def test_keys_and_quack_kinds():
+    for kind in cm.KINDS:
+        p = cm.predict(16384, 4096, 4096, 2, kind, 50e6)
+        assert {"mm_ms", "saved_ms", "triton_ms", "quack_ms"} <= set(p)
+        assert p["mm_ms"] > 0 and p["saved_ms"] > 0 and p["triton_ms"] > 0
+        assert p["bound_ms"] == pytest.approx(p["mm_ms"] + p["saved_ms"])
+        assert p["triton_speedup"] == pytest.approx(p["bound_ms"] / p["triton_ms"])
+        if kind in ("producer_ln", "per_head"):  # not offered on Quack
+            assert p["quack_ms"] is None and p["quack_speedup"] is None
+        else:
+            assert p["quack_ms"] > 0
+    with pytest.raises(ValueError):
+        cm.predict(16384, 4096, 4096, 2, "no_such_kind", 0)
+
+
+@pytest.mark.parametrize("kind", ["consumer_rms", "activation", "producer_rms"])
+def test_monotonic_in_m(kind):
+    prev = None
+    for M in (64, 1024, 4096, 8192, 10000, 16384, 65536, 262144):
+        p = cm.predict(M, 4096, 2048, 2, kind, 0)
+        if prev is not None:
+            for key in ("mm_ms", "triton_ms", "quack_ms"):
+                assert p[key] >= prev[key], (M, key)
+        prev = p
+    big = cm.predict(65536, 4096, 2048, 2, kind, 0)
+    assert 3.5 < prev["mm_ms"] / big["mm_ms"] < 4.5  # linear in M once the GPU is full
+
+
+def test_copy_monotonic_and_bandwidth_bound():
+    cal = cm.calibration(H200)
+    sizes = [1e6 * s for s in (1, 8, 16, 30, 35, 40, 45, 50, 55, 70, 200, 1000, 4000)]
+    times = [cm.predict(8192, 1024, 1024, 2, "consumer_rms", b)["saved_ms"] for b in sizes]
+    assert times == sorted(times)
+    assert cm.predict(8192, 1024, 1024, 2, "consumer_rms", 0)["saved_ms"] == 0
+    for b, t in zip(sizes, times):  # never faster than L2, never slower than the DRAM rate plus the launch
+        assert b / cal["copy"]["bw_l2"] <= t <= b / cal["copy"]["bw"] + cal["copy"]["c"] + 1e-12
+    assert times[-1] == pytest.approx(4000e6 / cal["copy"]["bw"], rel=0.01)  # large: bandwidth-bound
+
+
+def test_flops_bound_for_large_k():
+    cal = cm.calibration(H200)
+    M, N = 16384, 8192
+    t1 = cm.predict(M, N, 16384, 2, "consumer_rms", 0)
+    t2 = cm.predict(M, N, 32768, 2, "consumer_rms", 0)
+    for key in ("mm_ms", "triton_ms", "quack_ms"):
+        assert 1.8 < t2[key] / t1[key] < 2.1  # time follows the FLOPs
+        flops = 2.0 * M * N * 32768
+        assert t2[key] >= flops / cal["peak_flops"][2]  # never above the nominal peak
+        assert t2[key] < flops / cal["peak_flops"][2] / 0.5  # and reaching a good share of it
+    bytes_moved = 2 * (M * 32768 + 32768 * N + M * N)
+    assert t2["mm_ms"] > 5 * bytes_moved / cal["copy"]["bw"]
+
+
+def test_bytes_bound_for_small_k():
+    cal = cm.calibration(H200)
+    M, N, K = 262144, 4096, 32
+    p = cm.predict(M, N, K, 2, "consumer_rms", 0)
+    out_bytes = 2 * M * N
+    flops_ms = 2.0 * M * N * K / cal["peak_flops"][2]
+    assert p["mm_ms"] > 4 * flops_ms  # far from the FLOP roof
+    assert out_bytes / cal["copy"]["bw"] <= p["mm_ms"] < 2 * (out_bytes + 2 * M * K) / cal["copy"]["bw"]
+    # doubling the (small) K barely moves a bytes-bound GEMM; doubling N doubles it
+    assert cm.predict(M, N, 2 * K, 2, "consumer_rms", 0)["mm_ms"] / p["mm_ms"] < 1.15
+    assert 1.8 < cm.predict(M, 2 * N, K, 2, "consumer_rms", 0)["mm_ms"] / p["mm_ms"] < 2.2
+    # the epilogue's extra traffic costs: a producer (writes the stream, reads the residual) and training's aux
+    assert p["triton_ms"] < cm.predict(M, N, K, 2, "producer_rms", 0)["triton_ms"]
+    assert cm.predict(M, N, K, 2, "activation", 0)["triton_ms"] < \
+        cm.predict(M, N, K, 2, "activation", 0, aux=True)["triton_ms"]
+
+
+def test_wave_quantization():
+    sms = cm.CALIBRATION[H200]["sms"]
+    assert cm.wave_efficiency(128 * sms, 256, sms) == pytest.approx(1.0)
+    assert cm.wave_efficiency(128 * sms + 64, 256, sms) < 0.85  # a last wave mostly idle, even with smaller tiles
+
+
+LOG = """\
+# NVIDIA H200  torch 2.11.0+cu130  triton 3.6.0  python 3.12.3  2026-12-02 23:16  policy=auto
+| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | sites rewritten | err vs eager |
+|---|---|---:|---:|---:|---:|---:|---:|---|---:|
+| recsys_rms_tower | inference | 0.696 | 1.825 | – | 1.644 | 1.110 | 2.36 | 2 of 2 | 3.0e-03 |
+  site REWRITTEN regrouped_norm (262144, 256, 1024): 1 matmul(s) read the stream with the norm in their epilogue (activation silu in the epilogue too); epilogue GEMM on quack 0.4098 ms vs unfused lower bound 0.5717 ms (cuBLAS 0.2797 + 1208.0 MB saved 0.2920) at 262144x256x1024 (host time per op call: triton 0.3782, quack 0.2910 ms) (triton 0.4219 ms); statistics from Inductor's reduction (producer GEMM: epilogue GEMM on triton 0.3351 ms vs unfused lower bound 0.2957 ms (cuBLAS 0.2296 + 268.4 MB saved 0.0662) at 131072x1024x512 (quack not offered (LayerNorm statistics need centred per-tile sums (the Triton kernel's))) (needs 1.05x))
+| llama3_8b_layer | train step | 1 | 1 | – | 1 | 1 | 1 | 1 of 3 | 0 |
+  site REWRITTEN regrouped_norm (16384, 4096, 4096): 3 matmul(s) read the stream with the norm in their epilogue; epilogue GEMM on quack 0.8128 ms vs unfused lower bound 0.8654 ms (cuBLAS 0.8552 + 44.7 MB saved 0.0103) at 16384x4096x4096 (including the weight fold per call, 67.1 MB: 0.0154 ms) (host time per op call: triton 0.2798, quack 0.2643 ms) (triton 0.8999 ms); launched directly
+  site unfused rms_norm_matmul (16384, 4096, 14336): regrouped: epilogue GEMM 3.0682 ms vs unfused lower bound 2.9276 ms (cuBLAS 2.7969 + 536.9 MB saved 0.1307) at 16384x4096x14336 (needs 1.1x)
+  site unfused rms_norm_matmul (16384, 4096, 1024): regrouped: epilogue GEMM on quack 0.2009 ms vs unfused lower bound 0.2147 ms (cuBLAS 0.2043 + 44.7 MB saved 0.0104) at 16384x4096x1024 (triton 0.21
+"""
+
+
+def test_parse_synthetic_log(tmp_path):
+    b = _bench()
+    recs = b.parse_text(LOG, "synthetic.log")
+    assert len(recs) == 4  # the line cut inside "(triton 0.21" is left out
+    act, prod, cons, old = recs
+
+    assert (act.M, act.K, act.N) == (262144, 256, 1024)  # "at MxKxN"
+    assert act.kind == "activation" and not b.aux_of(act)
+    assert act.chosen == "quack" and act.quack_ms == pytest.approx(0.4098) and act.triton_ms == pytest.approx(0.4219)
+    assert act.mm_ms == pytest.approx(0.2797) and act.saved_mb == pytest.approx(1208.0)
+    assert act.saved_ms == pytest.approx(0.2920) and act.fold_ms == 0
+    assert act.gpu == H200 and act.block == "recsys_rms_tower" and act.mode == "inference"
+    assert act.speedup == pytest.approx((0.2797 + 0.2920) / 0.4098)
+
+    assert (prod.M, prod.K, prod.N) == (131072, 1024, 512)
+    assert prod.kind == "producer_ln"  # LayerNorm statistics: Quack not offered
+    assert prod.quack_ms is None and prod.quack_reason.startswith("LayerNorm statistics")
+    assert prod.triton_ms == pytest.approx(0.3351) and prod.needs == pytest.approx(1.05)
+
+    assert cons.kind == "consumer_rms" and cons.block == "llama3_8b_layer" and cons.mode == "train step"
+    assert cons.fold_mb == pytest.approx(67.1) and cons.fold_ms == pytest.approx(0.0154)
+    assert cons.quack_ms == pytest.approx(0.8128 - 0.0154)  # the kernel alone: the fold subtracted
+    assert cons.triton_ms == pytest.approx(0.8999 - 0.0154)
+    assert cons.fused_ms == pytest.approx(0.8128)
+
+    assert old.chosen == "triton" and old.triton_ms == pytest.approx(3.0682) and old.quack_ms is None
+    assert old.kind == "activation" and b.aux_of(old)  # 536.9 MB: the norm's half share + one pass over [M, N]
+
+    # files: the same records found twice are one, with both sources
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text(LOG)
+    loaded = b.load_records([str(tmp_path)])
+    assert len(loaded) == 4 and all(len(r.sources) == 2 for r in loaded)
+
+
+def test_benchmark_predicts_and_scores_synthetic_records():
+    b = _bench()
+    recs = b.parse_text(LOG, "synthetic.log")
+    pairs = [(r, b.predict_record(cm.CALIBRATION[H200], r)) for r in recs]
+    s = b.score(pairs)
+    assert s["records"] == 4 and 0 <= s["within_10pct"] <= 1 and 0 <= s["decision_agreement"] <= 1
+    assert s["clear_call_errors"] <= s["clear_calls"] <= 4
+    for r, p in pairs:
+        assert p["speedup"] > 0 and (p["quack_ms"] is None) == (r.kind not in cm.QUACK_KINDS)

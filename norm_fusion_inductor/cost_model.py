@@ -53,17 +53,8 @@ backend (plus any per-call weight fold, which it charges at the copy's rate) bea
 Quack is not offered for LayerNorm statistics in the producer (centred per-tile sums) nor for a per-head norm
 (``kernels/quack_epilogue_gemm.unsupported_reason``): ``quack_ms`` is then None.
 
-Accuracy (``python benchmarks/cost_model.py``: 118 logged sites, min_speedup 1.05): the predicted speedup is
-within ±10 % of the measured one for 83 % of the records in-sample and 75 % with each shape held out of the fit
-(the issue's target is 90 %); of the calls outside [1.05/1.15, 1.05·1.15] none of 32 was wrong in-sample and one
-of 37 held out. So the model can settle clear calls; near the margin the selection still has to time.
-
-Limits: calibrated on bf16 GEMMs on one GPU model (NVIDIA H200, the 2026-12-01..03 rounds in
-``benchmarks/results``), shapes 8192..262144 × K 256..14336 × N 128..28672; other element sizes reuse the bf16
-efficiencies at their nominal peak; a GPU model without an entry in ``CALIBRATION`` is not predicted
-(``predict`` returns None). The tuned configs (Triton's autotuner, Quack's shortlist) are folded into
-``eff``/``K0``/``mu``; a shape outside the calibrated range is extrapolated. "activation" lumps GELU (erf, tanh)
-and SiLU, which cost differently in the epilogue.
+Its accuracy against the logged measurements: ``python benchmarks/cost_model.py`` (BENCHMARKS.md). It is not
+yet used by the selection: near the margin it is not accurate enough, and the selection still times every site.
 """
 
 from __future__ import annotations

@@ -200,14 +200,25 @@ _TUNED: dict = {}
 
 
 def _key(M, N, K, dtype, w_kn, epilogue: Epilogue) -> tuple:
-    # a bias does not move the choice: the selection times every GEMM with one
-    return (m_bucket(M), N, K, dtype, w_kn, dataclasses.replace(epilogue, bias=True))
+    return (m_bucket(M), N, K, dtype, w_kn, _with_bias(epilogue))
+
+
+@functools.lru_cache(maxsize=None)
+def _with_bias(epilogue: Epilogue) -> Epilogue:
+    # a bias does not move the choice: the selection times every GEMM with one (cached: the op's host time per
+    # call is priced by the selection)
+    return dataclasses.replace(epilogue, bias=True)
 
 
 def _shortlist(device: torch.device, epilogue: Epilogue) -> tuple:
+    return _shortlist_for(device.index if device.index is not None else torch.cuda.current_device(), epilogue)
+
+
+@functools.lru_cache(maxsize=None)
+def _shortlist_for(device_index: int, epilogue: Epilogue) -> tuple:
     """The configs to time on this GPU ((): Quack's own autotuner). As Quack's autotuner prunes them: a gated
     epilogue needs 32-wide N tiles; swapped A and B serve only an element-wise epilogue without reductions."""
-    if torch.cuda.get_device_capability(device)[0] != 9:
+    if torch.cuda.get_device_capability(device_index)[0] != 9:
         return ()
     return tuple(c for c in SM90_SHORTLIST
                  if not (epilogue.gated and c["tile_n"] % 32)

@@ -594,8 +594,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     Inductor too. ``fold_bytes``: the weight-side passes the fused path adds per call (γ folded into the weight
     in training), charged at the copy's measured rate; without CUDA graphs a GEMM that runs as an op (Quack, or
     Triton not launched directly) is priced at its GPU time plus its measured host time per call; the margin
-    pays for the timing's noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused (its Python call per
-    step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
+    pays for the timing's noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused
+    (its Python call per step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
     its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
     is taken where it passes the margin (the choice's ``plan`` is then its tuned block config). Without the
     margin and the fold's cost, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won

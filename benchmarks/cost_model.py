@@ -1,6 +1,6 @@
 """Checks the regrouped-normalization cost model (``norm_fusion_inductor/cost_model.py``, issue 27) against the
 GPU measurements that the selection logged: every "epilogue GEMM on <backend> ... at MxKxN ..." reason in
-``benchmarks/results/`` (and ``/work/.device/2/`` where it exists) becomes one record (deduplicated on its numbers;
+``benchmarks/results/`` becomes one record (deduplicated on its numbers;
 the first file it was found in is kept). Per record it prints the measured and predicted cuBLAS, saved-bytes copy,
 Triton and Quack times and the speedup bound / best fused, then a summary: the fraction of records whose predicted
 speedup is within ±10 % of the measured one, how often the model's decision at ``--min-speedup`` agrees with the
@@ -34,23 +34,9 @@ if ROOT not in sys.path:  # run from a checkout without an install
     sys.path.insert(0, ROOT)
 
 
-def _load_cost_model():
-    """norm_fusion_inductor/cost_model.py loaded from its file: importing the package imports torch (seconds),
-    which the model does not need."""
-    import importlib.util
+from norm_fusion_inductor import cost_model as cm  # noqa: E402
 
-    name = "norm_fusion_inductor.cost_model"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "norm_fusion_inductor", "cost_model.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cm = _load_cost_model()
-
-DEFAULT_SOURCES = (os.path.join(ROOT, "benchmarks", "results"), "/work/.device/2")
+DEFAULT_SOURCES = (os.path.join(ROOT, "benchmarks", "results"),)
 SUFFIXES = (".log", ".json", ".md", ".txt")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,7 +225,7 @@ def _round_of(path: str) -> str:
     m = re.search(r"(20[0-9]{2}-[0-9]{2}-[0-9]{2}[a-z]?)", path)
     if m:
         return m.group(1)
-    return "2026-12-03" if path.startswith("/work/.device/") else ""
+    return ""
 
 
 def _walk_json(obj, ctx, found):
@@ -514,7 +500,7 @@ def _f(v, digits=4):
 
 
 def _short(path: str) -> str:
-    return path.replace("benchmarks/results/", "").replace("/work/.device/", ".device/")
+    return path.replace("benchmarks/results/", "")
 
 
 def markdown(records: list[Record], ev: dict, min_speedup: float) -> str:
@@ -590,8 +576,7 @@ def main(argv=None) -> None:
     ap.add_argument("--fit", action="store_true", help="print only the constants refitted on all records")
     ap.add_argument("--min-speedup", type=float, default=1.05)
     ap.add_argument("sources", nargs="*", default=list(DEFAULT_SOURCES),
-                    help="files or directories with the selection's logs (default: benchmarks/results and "
-                         "/work/.device/2)")
+                    help="files or directories with the selection's logs (default: benchmarks/results)")
     args = ap.parse_args(argv)
     records = load_records(args.sources)
     records.sort(key=lambda r: (r.round, r.source, r.M, r.K, r.N))

@@ -78,7 +78,7 @@ TILES = ((128, 256), (128, 128), (64, 128))
 
 # Per GPU model (torch.cuda.get_device_name): hardware data and the calibrated constants. Times in ms, bytes in
 # bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` on the
-# 118 records of benchmarks/results and /work/.device/2 (2026-12-01 .. 2026-12-03, bf16).
+# the records of benchmarks/results (2026-12-01 .. 2026-12-03, bf16) when these constants were fitted.
 CALIBRATION: dict = {
     "NVIDIA H200": {
         "sms": 132,

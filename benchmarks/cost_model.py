@@ -455,6 +455,23 @@ def score(pairs: list[tuple[Record, dict]], min_speedup: float = 1.05, clear: fl
             "component_max_abs_err": {c: (max(v) if v else None) for c, v in comp_err.items()}}
 
 
+def screen_score(pairs: list[tuple[Record, dict]], min_speedup: float = 1.05, margin: float = 1.2) -> dict:
+    """The selection's screen (``selection._screened``): a backend whose predicted kernel time, divided by
+    ``margin``, misses the measured bound by ``min_speedup`` is not compiled. Over every timed backend of the
+    records: how many the screen skips, and how many of those the measurement (the weight fold included) fused."""
+    timed = screened = wrong = 0
+    for r, p in pairs:
+        bound = r.mm_ms + r.saved_ms
+        for b in ("triton", "quack"):
+            if getattr(r, f"{b}_ms") is None or p.get(f"{b}_ms") is None:
+                continue
+            timed += 1
+            if p[f"{b}_ms"] / margin * min_speedup >= bound:
+                screened += 1
+                wrong += bound / (getattr(r, f"{b}_ms") + r.fold_ms) >= min_speedup
+    return {"timed": timed, "screened": screened, "screened_but_passing": wrong, "margin": margin}
+
+
 def held_out(records: list[Record], group, base: dict) -> list[tuple[Record, dict]]:
     """Each group of records predicted by constants fitted on the other groups."""
     groups: dict = {}
@@ -481,8 +498,12 @@ def evaluate(records: list[Record], min_speedup: float = 1.05) -> dict:
     early = [r for r in records if r.round <= DATE_SPLIT]
     late_cal = fit(early, base)
     late = [(r, predict_record(late_cal, r)) for r in records if r.round > DATE_SPLIT]
+    screens = {f"{name} (margin {margin})": screen_score(pairs, min_speedup, margin)
+               for name, pairs in (("stored", stored), ("leave_one_shape_out", loso), ("date_split", late))
+               for margin in (1.15, 1.2)}
     return {
         "fitted": fitted,
+        "screens": screens,
         "pairs": {"stored": stored, "in_sample": insample, "leave_one_shape_out": loso,
                   "leave_one_block_out": lobo, "date_split": late},
         "summary": {"stored": score(stored, min_speedup), "in_sample": score(insample, min_speedup),
@@ -540,6 +561,12 @@ def markdown(records: list[Record], ev: dict, min_speedup: float) -> str:
         errs = " / ".join("–" if med[c] is None else f"{med[c]:.1%}" for c in ("mm", "saved", "triton", "quack"))
         lines.append(f"| {name} | {s['records']} | {s['within_10pct']:.1%} | {s['decision_agreement']:.1%} | "
                      f"{s['clear_calls']} | {s['clear_call_errors']} | {errs} |")
+    lines += ["", "The selection's screen (model_margin): of the backends the records timed, those whose predicted "
+              f"time ÷ margin misses the bound by {min_speedup} (not compiled), and how many of those passed as "
+              "measured", "", "| constants (margin) | timed | screened | screened but passing |",
+              "|---|---:|---:|---:|"]
+    for name, sc in ev["screens"].items():
+        lines.append(f"| {name} | {sc['timed']} | {sc['screened']} | {sc['screened_but_passing']} |")
     lines += ["", "Per kind (stored constants): records, within ±10 %, median |predicted / measured − 1| of Triton "
               "/ Quack", "",
               "| kind | records | within ±10 % | Triton err | Quack err |", "|---|---:|---:|---:|---:|"]
@@ -588,7 +615,7 @@ def main(argv=None) -> None:
     ev = evaluate(records, args.min_speedup)
     if args.json:
         preds = {name: dict((id(r), p) for r, p in pairs) for name, pairs in ev["pairs"].items()}
-        out = {"records": [], "summary": ev["summary"], "stored_constants": cm.CALIBRATION,
+        out = {"records": [], "summary": ev["summary"], "screens": ev["screens"], "stored_constants": cm.CALIBRATION,
                "fitted_constants": _rounded({k: ev["fitted"][k] for k in ("copy", "mm", "triton", "quack")})}
         for r in records:
             d = asdict(r)

@@ -69,6 +69,13 @@ class NormFusionConfig:
     #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and
     #: Blackwell, used only where quack-kernels is installed: ``pip install norm_fusion_inductor[cute]``)
     gemm_backends: tuple = GEMM_BACKENDS
+    #: with policy "auto", on a GPU model the cost model has constants for (``cost_model.CALIBRATION``), a regrouped
+    #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
+    #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
+    #: compiled or timed: a clear loss costs no JIT. At 1.2, none of the 200 backend timings logged on the H200
+    #: would have been screened wrongly with constants fitted without their shape (at 1.15, 5 would);
+    #: ``benchmarks/cost_model.py``. 0 turns the screen off (every backend timed)
+    model_margin: float = 1.2
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).
@@ -107,6 +114,9 @@ class NormFusionConfig:
         _check_type("compiled_min_speedup", self.compiled_min_speedup, (int, float))
         if self.compiled_min_speedup <= 0:
             raise ValueError(f"norm_fusion option 'compiled_min_speedup' must be > 0, got {self.compiled_min_speedup}")
+        _check_type("model_margin", self.model_margin, (int, float))
+        if self.model_margin < 0 or 0 < self.model_margin < 1:
+            raise ValueError(f"norm_fusion option 'model_margin' must be 0 (off) or >= 1, got {self.model_margin}")
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")

@@ -53,8 +53,10 @@ backend (plus any per-call weight fold, which it charges at the copy's rate) bea
 Quack is not offered for LayerNorm statistics in the producer (centred per-tile sums) nor for a per-head norm
 (``kernels/quack_epilogue_gemm.unsupported_reason``): ``quack_ms`` is then None.
 
-Its accuracy against the logged measurements: ``python benchmarks/cost_model.py`` (BENCHMARKS.md). It is not
-yet used by the selection: near the margin it is not accurate enough, and the selection still times every site.
+Its accuracy against the logged measurements: ``python benchmarks/cost_model.py`` (BENCHMARKS.md). The
+selection uses it as a screen only (``selection.Screen``): a backend predicted to miss the measured bound by
+``model_margin`` beyond ``min_speedup`` is not compiled; near the margin the model is not accurate enough, and
+every other backend is timed.
 """
 
 from __future__ import annotations
@@ -96,6 +98,19 @@ CALIBRATION: dict = {
                   "mu": {"activation": 1.162, "gated": 1.032, "producer_rms": 1.065}},
     },
 }
+
+
+def kind_of(row_norm: str, activation: str, stats: str, head_dim: int = 0) -> Optional[str]:
+    """The epilogue kind (``KINDS``) of a regrouped GEMM as ``selection.EpilogueSite`` describes it: a consumer
+    (``row_norm`` "rms"/"ln", with an activation, a gated one "..._mul", or a per-head norm) or the stream's
+    producer (``stats`` "rms"/"ln"); None for an epilogue the model has no kind for."""
+    if head_dim:
+        return "per_head"
+    if row_norm in ("rms", "ln"):
+        if activation.endswith("_mul"):
+            return "gated"
+        return "activation" if activation != "none" else f"consumer_{row_norm}"
+    return f"producer_{stats}" if stats in ("rms", "ln") else None
 
 
 def calibration(gpu: str = "NVIDIA H200") -> Optional[dict]:

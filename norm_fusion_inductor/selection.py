@@ -24,7 +24,7 @@ import json
 import os
 import pathlib
 import statistics
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -669,6 +669,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                if name not in timed and t.get(name + "_reason")]
     if others:
         detail += " (" + "; ".join(others) + ")"
+    if t.get("predicted"):
+        detail += " (cost model: " + ", ".join(f"{name} {ms:.4f}" for name, ms in t["predicted"].items()) + " ms)"
     if priced[backend] != timed[backend]:
         detail += f" (priced with its op call's host time: {priced[backend]:.4f} ms)"
     if priced[backend] * config.min_speedup >= bound:
@@ -689,6 +691,34 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     return Choice(True, f"regrouped_{backend}", detail)
 
 
+class Screen(NamedTuple):
+    """What the measurement of one regrouped GEMM may leave out (part of its cache key).
+
+    ``backends``: the GEMM backends asked for (``gemm_backends``). ``op_floor_ms``: an op call is chosen only
+    where it runs min_kernel_ms or longer (without CUDA graphs) and beats the bound by min_speedup, so under
+    min_kernel_ms × min_speedup of bound Quack (an op) cannot win and is not compiled. ``margin`` (the config's
+    ``model_margin``; 0: off): a backend the cost model predicts to miss the bound by this factor beyond
+    ``min_speedup`` is not compiled either. ``host_priced``: without CUDA graphs an op call's host time is part
+    of its price (``choose_epilogue_gemm``)."""
+
+    backends: tuple = ("triton", "quack")
+    min_speedup: float = 1.05
+    margin: float = 0.0
+    op_floor_ms: float = 0.0
+    host_priced: bool = True
+
+
+# Quack's op call cost the host 0.77–1.07x what the Triton op call cost at the same site (three recsys tower
+# GEMMs, H200, 2026-12-03): before Quack is compiled its host time is taken as this share of Triton's, measured
+QUACK_HOST_PER_TRITON_HOST = 0.7
+
+
+def _screen(config: NormFusionConfig) -> Screen:
+    cudagraphs = bool(torch._inductor.config.triton.cudagraphs)
+    return Screen(tuple(config.gemm_backends), float(config.min_speedup), float(config.model_margin),
+                  0.0 if cudagraphs else config.min_kernel_ms * config.min_speedup, not cudagraphs)
+
+
 def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     import triton
 
@@ -696,22 +726,51 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
     from .kernels import quack_epilogue_gemm as qg
 
     quack = qg.version()  # the installed version, without importing Quack (seconds: it registers its own ops)
-    # an op call is chosen only where it runs min_kernel_ms or longer (without CUDA graphs) and beats the bound
-    # by min_speedup: under min_kernel_ms × min_speedup of bound, Quack (an op) cannot win and is not compiled
-    op_floor_ms = 0.0 if torch._inductor.config.triton.cudagraphs else config.min_kernel_ms * config.min_speedup
+    screen = _screen(config)
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
-                                      eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], f"{op_floor_ms:g}"))
-    times = _disk_cached(key, config, lambda: _measure_epilogue(site, op_floor_ms))
+                                      eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
+    times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen))
     if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning
         qg.remember(site.M, site.N, site.K, site.dtype, site.w_kn, _site_epilogue(site), times["quack_config"])
     return times
 
 
-def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
+def _predicted(site: EpilogueSite) -> dict:
+    """The cost model's GPU ms of each backend's epilogue GEMM at this site ({} where the GPU model has no
+    calibration or the epilogue no kind)."""
+    from . import cost_model
+
+    kind = cost_model.kind_of(site.row_norm, site.activation, site.stats, site.head_dim)
+    elem = torch.empty((), dtype=site.dtype).element_size()
+    p = cost_model.predict(site.M, site.N, site.K, elem, kind, site.saved_bytes,
+                           torch.cuda.get_device_name(site.device), aux=site.write_aux) if kind else None
+    return {} if p is None else {b: p[f"{b}_ms"] for b in ("triton", "quack") if p[f"{b}_ms"] is not None}
+
+
+def _screened(backend: str, predicted: dict, bound: float, screen: Screen, host_ms: float = 0.0,
+              rival_ms: Optional[float] = None) -> Optional[str]:
+    """Why ``backend`` is not compiled: the cost model's GPU time, shortened by ``screen.margin``, plus the
+    op call's ``host_ms``, misses the bound by min_speedup or does not beat ``rival_ms`` (the other backend's
+    measured price); None: compile and time it."""
+    if not screen.margin or backend not in predicted:
+        return None
+    best = predicted[backend] / screen.margin + host_ms
+    host = f" + host {host_ms:.4f}" if host_ms else ""
+    said = (f"not compiled: the cost model predicts {predicted[backend]:.4f} ms{host}, at best "
+            f"{best:.4f} ms (÷ model_margin {screen.margin:g})")
+    if best * screen.min_speedup >= bound:
+        return f"{said}, which misses the unfused bound {bound:.4f} ms by min_speedup {screen.min_speedup:g}"
+    if rival_ms is not None and best >= rival_ms:
+        return f"{said}, not under the other backend's measured {rival_ms:.4f} ms"
+    return None
+
+
+def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen()) -> dict:
     """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
-    the Triton kernel's tuned config and each op's host time. Quack, whose JIT costs seconds per GEMM, is timed
-    only where the bound (cuBLAS + saved bytes) exceeds ``op_floor_ms``, below which an op cannot be chosen."""
+    the Triton kernel's tuned config and each op's host time. cuBLAS and the copy are timed first (nothing to
+    compile); a backend the ``screen`` rules out is not compiled (Quack's JIT costs seconds per GEMM, Triton's
+    tuning compiles a handful of configs), its reason kept as ``<backend>_reason``."""
     from . import regrouped
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
@@ -745,15 +804,30 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
     wt = w if site.w_kn else w.t()
     src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
     dst = torch.empty_like(src)
-    fns = {"triton_ms": on("triton"), "mm_ms": lambda: torch.mm(a, wt), "saved_ms": lambda: _copy(dst, src)}
-    for fn in fns.values():
-        fn()  # the Triton kernel tunes and compiles outside the graph capture
-    times = {name: graph_ms(fn) for name, fn in fns.items()}
-    quack_reason = _quack_reason(site, a, w)
+    times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: _copy(dst, src))}
     bound = times["mm_ms"] + times["saved_ms"]
-    if quack_reason is None and bound <= op_floor_ms:
+    predicted = _predicted(site) if screen.margin else {}
+    if predicted:
+        times["predicted"] = predicted
+
+    triton_reason = ("not asked for (gemm_backends)" if "triton" not in screen.backends
+                     else _screened("triton", predicted, bound, screen))
+    if triton_reason is None:
+        on("triton")()  # tunes and compiles outside the graph capture
+        times["triton_ms"] = graph_ms(on("triton"))
+        times["triton_host_ms"] = host_ms(on("triton"))  # priced where the GEMM runs as an op
+    else:
+        times["triton_reason"] = triton_reason
+
+    quack_reason = "not asked for (gemm_backends)" if "quack" not in screen.backends else _quack_reason(site, a, w)
+    if quack_reason is None and bound <= screen.op_floor_ms:
         quack_reason = (f"not compiled: an op call cannot win where the unfused bound ({bound:.4f} ms) is under "
-                        f"min_kernel_ms × min_speedup ({op_floor_ms:.4f} ms)")
+                        f"min_kernel_ms × min_speedup ({screen.op_floor_ms:.4f} ms)")
+    if quack_reason is None:
+        host = QUACK_HOST_PER_TRITON_HOST * times.get("triton_host_ms", 0.0) if screen.host_priced else 0.0
+        rival = (times["triton_ms"] + (times["triton_host_ms"] if screen.host_priced else 0.0)
+                 if "triton_ms" in times else None)
+        quack_reason = _screened("quack", predicted, bound, screen, host, rival)
     if quack_reason is None:
         failed = set(regrouped.QUACK_FAILED)
         on("quack")()  # JIT-compiles and autotunes (seconds) outside the graph capture; a failure falls back
@@ -761,15 +835,11 @@ def _measure_epilogue(site: EpilogueSite, op_floor_ms: float = 0.0) -> dict:
         if new:
             quack_reason = new[0]
         else:
-            fns["quack_ms"] = on("quack")
-            times["quack_ms"] = graph_ms(fns["quack_ms"])
+            times["quack_ms"] = graph_ms(on("quack"))
+            times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
+            times["quack_host_ms"] = host_ms(on("quack"))
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
-    if "quack_ms" in times:
-        times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
-    for name in ("triton", "quack"):  # the op call's host time, priced where the GEMM runs as an op
-        if f"{name}_ms" in fns:
-            times[f"{name}_host_ms"] = host_ms(fns[f"{name}_ms"])
     return times
 
 

@@ -166,3 +166,28 @@ def test_benchmark_predicts_and_scores_synthetic_records():
     assert s["clear_call_errors"] <= s["clear_calls"] <= 4
     for r, p in pairs:
         assert p["speedup"] > 0 and (p["quack_ms"] is None) == (r.kind not in cm.QUACK_KINDS)
+    # the screen: with a prediction 10x the measured time every timed backend is screened, each of them fused as
+    # measured where the record passed; with a prediction far under it none is
+    slow = [(r, dict(p, triton_ms=10 * r.triton_ms, quack_ms=p["quack_ms"] and 10 * p["quack_ms"])) for r, p in pairs]
+    sc = b.screen_score(slow, margin=1.2)
+    timed = sum(getattr(r, f"{k}_ms") is not None and p[f"{k}_ms"] is not None for r, p in pairs
+                for k in ("triton", "quack"))
+    assert sc["timed"] == sc["screened"] == timed
+    assert sc["screened_but_passing"] == sum(
+        (r.mm_ms + r.saved_ms) / (getattr(r, f"{k}_ms") + r.fold_ms) >= 1.05 for r, p in pairs
+        for k in ("triton", "quack") if getattr(r, f"{k}_ms") is not None and p[f"{k}_ms"] is not None)
+    fast = [(r, dict(p, triton_ms=1e-6, quack_ms=p["quack_ms"] and 1e-6)) for r, p in pairs]
+    assert b.screen_score(fast, margin=1.2)["screened"] == 0
+
+
+def test_kind_of_names_each_regrouped_epilogue():
+    assert cm.kind_of("rms", "none", "none") == "consumer_rms"
+    assert cm.kind_of("ln", "none", "none") == "consumer_ln"
+    assert cm.kind_of("rms", "gelu", "none") == "activation"
+    assert cm.kind_of("rms", "silu_mul", "none") == "gated"
+    assert cm.kind_of("rms", "none", "none", head_dim=128) == "per_head"
+    assert cm.kind_of("none", "none", "rms") == "producer_rms"
+    assert cm.kind_of("none", "none", "ln") == "producer_ln"
+    assert cm.kind_of("none", "none", "none") is None
+    assert set(filter(None, (cm.kind_of(r, a, s) for r in ("rms", "ln", "none") for a in ("none", "gelu", "silu_mul")
+                             for s in ("none", "rms", "ln")))) <= set(cm.KINDS)

@@ -218,9 +218,76 @@ def test_quack_is_not_compiled_where_an_op_cannot_win(monkeypatch, op_floor_ms, 
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
     site = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
                                   False, False, 4096)
-    times = selection._measure_epilogue(site, op_floor_ms)
+    times = selection._measure_epilogue(site, selection.Screen(op_floor_ms=op_floor_ms))
     assert ("quack_ms" in times) is compiled
     assert compiled or times["quack_reason"].startswith("not compiled: an op call cannot win"), times
+
+
+def _fake_timings(monkeypatch, gpu_ms: dict, host: float, predicted: dict):
+    """graph_ms answers cuBLAS, the copy, Triton and Quack in the order the measurement times them; the GEMMs run
+    on the CPU; the cost model's predictions are ``predicted``."""
+    order = iter(["mm", "saved", "triton", "quack"])
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), gpu_ms[next(order)])[1])
+    monkeypatch.setattr(selection, "host_ms", lambda fn: host)
+    monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    monkeypatch.setattr(selection, "_predicted", lambda site: dict(predicted))
+
+
+SCREEN_SITE = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
+                                     False, False, 4096)
+
+
+@pytest.mark.parametrize("predicted_triton, compiled", [(0.9, True), (1.3, False)])
+def test_cost_model_screens_a_clear_loss(monkeypatch, predicted_triton, compiled):
+    """A backend the cost model predicts to miss the measured bound (cuBLAS 0.6 + copy 0.4 ms) by min_speedup
+    even after dividing by model_margin (1.3 / 1.2 · 1.05 = 1.14 > 1.0) is neither compiled nor timed, and says
+    why; one near the margin (0.9) is timed. Timings faked."""
+    _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.95, quack=0.9), 0.0,
+                  dict(triton=predicted_triton, quack=0.9))
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=False))
+    assert ("triton_ms" in times) is compiled, times
+    assert compiled or times["triton_reason"].startswith("not compiled: the cost model predicts 1.3000 ms"), times
+    assert times["predicted"] == dict(triton=predicted_triton, quack=0.9)
+    off = selection._measure_epilogue.__defaults__[0]  # the default screen: margin 0, nothing screened
+    _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.95, quack=0.9), 0.0, dict(triton=9.0, quack=9.0))
+    times = selection._measure_epilogue(SCREEN_SITE, off)
+    assert "triton_ms" in times and "quack_ms" in times and "predicted" not in times
+
+
+@pytest.mark.parametrize("host_priced, compiled", [(False, True), (True, False)])
+def test_quack_screen_counts_its_op_calls_host_time(monkeypatch, host_priced, compiled):
+    """Without CUDA graphs an op call's host time is part of its price: Quack's is taken as
+    QUACK_HOST_PER_TRITON_HOST of Triton's measured one (1.0 ms here) before it is compiled. Predicted 0.9 ms
+    (0.75 at best) it would beat Triton's 0.8 ms on the GPU alone, but 0.75 + 0.7 misses the bound 1.5 ms by
+    min_speedup. Timings faked."""
+    _fake_timings(monkeypatch, dict(mm=1.0, saved=0.5, triton=0.8, quack=0.7), 1.0, dict(triton=0.8, quack=0.9))
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=host_priced))
+    assert ("quack_ms" in times) is compiled, times
+    assert compiled or "host 0.7000" in times["quack_reason"] and "misses the unfused bound" in times["quack_reason"]
+
+
+def test_quack_screened_where_triton_is_measured_cheaper(monkeypatch):
+    """Quack is not compiled where even its best predicted price does not beat Triton's measured one (under CUDA
+    graphs: GPU times alone): predicted 1.08 ms, 0.9 at best, against Triton's 0.8."""
+    _fake_timings(monkeypatch, dict(mm=1.0, saved=0.5, triton=0.8, quack=0.7), 0.0, dict(triton=0.8, quack=1.08))
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=False))
+    assert "triton_ms" in times and "quack_ms" not in times
+    assert times["quack_reason"].endswith("not under the other backend's measured 0.8000 ms"), times
+
+
+def test_backends_not_asked_for_are_not_compiled(monkeypatch):
+    """gemm_backends=("triton",) measures Triton alone (Quack's JIT was paid before even where it was off)."""
+    _fake_timings(monkeypatch, dict(mm=1.0, saved=0.5, triton=0.8, quack=0.7), 0.0, {})
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(backends=("triton",)))
+    assert "triton_ms" in times and "quack_ms" not in times and "gemm_backends" in times["quack_reason"]
+
+
+def test_model_margin_option_is_checked():
+    with pytest.raises(ValueError, match="model_margin"):
+        NormFusionConfig(model_margin=0.5)
+    with pytest.raises(TypeError, match="model_margin"):
+        NormFusionConfig(model_margin="1.2")
+    assert NormFusionConfig(model_margin=0).model_margin == 0
 
 
 def test_backend_option_is_checked():
@@ -317,7 +384,7 @@ def test_quack_config_is_kept_with_the_measurement(monkeypatch, tmp_path):
     site = selection.EpilogueSite(4096, 256, 512, torch.bfloat16, torch.device("cuda"), "rms", "silu_mul", False,
                                   "none", False, False, 4096)
     chosen = dict(qg.SM90_SHORTLIST[2])
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, op_floor_ms=0.0: dict(
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: dict(
         mm_ms=1.0, saved_ms=0.1, triton_ms=1.0, quack_ms=0.9, quack_config=chosen))
     selection._cached_epilogue(site, config)
 

@@ -377,8 +377,8 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train, 
 
     real = selection._measure_epilogue
 
-    def measured(site, op_floor_ms=0.0):  # the real tuning (its config compiles at this shape), every GEMM a winner
-        return dict(real(site, op_floor_ms=float("inf")), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1)
+    def measured(site, screen=None):  # the real tuning (its config compiles at this shape), every GEMM a winner
+        return dict(real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1)
 
     # patched under the disk cache (tmp_path: fresh), which measures outside Inductor's fake mode
     monkeypatch.setattr(selection, "_measure_epilogue", measured)
@@ -422,8 +422,8 @@ def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
     from norm_fusion_inductor import selection
 
     real = selection._measure_epilogue
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, op_floor_ms=0.0: dict(
-        real(site, op_floor_ms=float("inf")), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: dict(
+        real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
     torch.manual_seed(9)
     model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).eval()
     options = {"norm_fusion": {"policy": "auto", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",),

@@ -291,6 +291,12 @@ def also_read_reason(readers: Iterable[Node]) -> str:
             + ", so it would still be written")
 
 
+def backward_reads_normed(normed: Node, ctx) -> bool:
+    """Whether the backward reads the normalized tensor (a weight gradient, dW = dYᵀ·n): the rewrite then does
+    not remove it, the partitioner recomputes (or saves) it, and its write is not a saving to price."""
+    return any(user in ctx.backward for user, _, _ in flattened_users(normed))
+
+
 def rewrite_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -> None:
     """Rewrite every matmul that reads the matched norm's output into ``spec.op``, or record why not.
 
@@ -354,9 +360,10 @@ def _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, 
     """The older rewrite: the norm as the consumer GEMM's prologue (ops.rms_norm_linear / layer_norm_linear)."""
     from norm_fusion_inductor.selection import MatmulSite, choose
 
+    backward_reads = backward_reads_normed(normed, ctx)
     choices = [choose(MatmulSite(M, K, c.n, x_val.dtype, x_val.device, gamma is not None, c.bias is not None,
-                                 norm=spec.norm, has_norm_bias=beta is not None, weight_kn=c.weight_kn),
-                      ctx.config) for c in consumers]
+                                 norm=spec.norm, has_norm_bias=beta is not None, weight_kn=c.weight_kn,
+                                 backward_reads_norm=backward_reads), ctx.config) for c in consumers]
     if not all(ch.fused for ch in choices):
         why = next(ch for ch in choices if not ch.fused)
         return ctx.reject(site, why.reason, implementation=why.implementation)

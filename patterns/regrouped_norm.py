@@ -41,8 +41,8 @@ from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
-from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, flattened_users,
-                     size_hint)
+from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, backward_reads_normed,
+                     flattened_users, size_hint)
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -410,12 +410,6 @@ def _residual_add(user: Node, normed: Node) -> bool:
         return False
     found, _ = _producer(user)
     return found is not None and found[1] is normed
-
-
-def backward_reads_normed(normed: Node, ctx) -> bool:
-    """Whether the backward reads the normalized tensor (a weight gradient, dW = dYᵀ·n): the rewrite then does
-    not remove it, the partitioner recomputes (or saves) it, and its write is not a saving to price."""
-    return any(user in ctx.backward for user, _, _ in flattened_users(normed))
 
 
 def unserved_readers(normed: Node, others: list) -> list:

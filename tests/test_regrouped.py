@@ -212,6 +212,28 @@ def test_training_prices_the_normalized_tensor_as_still_written(monkeypatch, tra
     assert len(consumers) == 3 and all(reads is train for reads in consumers), seen
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_training_prices_the_prologue_sites_normalized_tensor_as_still_written(monkeypatch, train):
+    """The older prologue family is told the same (selection.MatmulSite.backward_reads_norm): in training its
+    bound counts cuBLAS alone."""
+    from norm_fusion_inductor import selection
+
+    seen = []
+    real = selection.choose
+
+    def spy(site, config):
+        seen.append(site.backward_reads_norm)
+        return real(site, config)
+
+    monkeypatch.setattr(selection, "choose", spy)
+    model = nn.Sequential(nn.RMSNorm(32), nn.Linear(32, 16)).train(train)
+    x = torch.randn(2, 8, 32, requires_grad=train)
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"fusions": ("rms_norm_matmul",)}})(x)
+    assert seen == [train]
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_models_rewritten_and_trained(name):
     """Every norm's consumers and producers are rewritten; the training step's loss and gradients match float64
@@ -416,10 +438,15 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train, 
 def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
     """Under dynamic shapes (torch.compile's recompile at a second batch size) the regrouped GEMMs stay launched
     from Inductor's code, M read from the input: no op call, outputs as eager's at each size, and a third batch
-    size reuses the graph. Timings faked (every GEMM wins), the tuning real."""
-    from torch._inductor.utils import run_and_get_code
+    size reuses the graph. Timings faked (every GEMM wins), the tuning real. The generated code is collected
+    without ``run_and_get_code``, which resets Dynamo before each call (every batch size then compiled
+    statically)."""
+    from torch._inductor.graph import GraphLowering
 
     from norm_fusion_inductor import selection
+
+    codes = []
+    monkeypatch.setattr(GraphLowering, "save_output_code", staticmethod(codes.append))
 
     real = selection._measure_epilogue
     monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: dict(
@@ -433,17 +460,18 @@ def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
     with torch.no_grad():
         for batch in (3, 5, 7):  # 3 static, 5 recompiles with the batch dynamic, 7 reuses that graph
             nfi.clear_reports()
+            codes.clear()
             x = torch.randn(batch, 64, 32, device=DEVICE, dtype=torch.bfloat16)
-            out, code = run_and_get_code(compiled, x)
+            out = compiled(x)
             assert rel(out, model(x)) < tol(torch.bfloat16)
             sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
             if batch == 5:
                 assert sites and all(s.rewritten and "launched directly" in s.reason for s in sites), [
                     s.reason for s in nfi.reports()]
-                code = "\n".join(code)
+                code = "\n".join(codes)
                 assert "epilogue_gemm_kernel" in code and "torch.ops.norm_fusion.epilogue_gemm" not in code
             if batch == 7:
-                assert not sites, "batch 7 reuses the dynamic graph (no recompile)"
+                assert not sites and not codes, "batch 7 reuses the dynamic graph (no recompile)"
 
 
 @pytest.mark.parametrize("name", ["swiglu", "ln_gelu"])

@@ -248,8 +248,10 @@ def _plan_name(plan) -> str:
 
 def _with_host_cost(t: dict) -> tuple:
     """(fused ms, plan, note) for the decision. A Gluon plan's kernel is launched from Python (a thin op in
-    Inductor's graph), which a small site cannot hide: its time is max(GPU, host) unless CUDA graphs replay the
-    launches, and the best plan Inductor launches itself (GPU time) is taken instead where that is faster.
+    Inductor's graph): its price is GPU + host time per call unless CUDA graphs replay the launches (as the
+    regrouped GEMMs' op calls are priced: with several op calls per step the GPU does not hide their host time,
+    the recsys towers ran 0.83x so), and the best plan Inductor launches itself (GPU time) is taken instead where
+    that is faster.
     Measured on the H200 host (docs/benchmarks_journal.md, 2026-11-30): before this rule four LayerNorm sites of 0.06–0.15 ms
     on the GPU ran 0.20–0.32 ms per call fused; with it they stay unfused. The host estimate is the eager entry
     launched through the op: conservative for LayerNorm (its entry runs the weight preparation as separate
@@ -258,7 +260,7 @@ def _with_host_cost(t: dict) -> tuple:
     fused_ms, plan = t["fused_ms"], t.get("plan")
     if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
         return fused_ms, plan, ""
-    gluon_ms = max(fused_ms, t["host_ms"])
+    gluon_ms = fused_ms + t["host_ms"]
     if t.get("direct_ms") is not None and t["direct_ms"] <= gluon_ms:
         return t["direct_ms"], t["direct_plan"], (f" (Triton mainloop; the Gluon plan's {fused_ms:.4f} ms on the "
                                                   f"GPU takes {t['host_ms']:.4f} ms of host time per call)")
@@ -387,7 +389,7 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     """As ``choose``, for the norm → attention → norm block. Inference: the fused forward against a lower bound of
     the unfused block, the attention alone (SDPA, or the two batched matmuls of the generalized form without its
     activation) plus 2.5 copies of q for the norms' bytes (the LayerNorm reads q and writes q̂; the RMSNorm reads
-    x and q, writes out), all timed as CUDA-graph replays; the fused op counts max(GPU, host) time per call unless
+    x and q, writes out), all timed as CUDA-graph replays; the fused op counts GPU + host time per call unless
     the graph runs under CUDA graphs (it launches its kernels from Python). Where the fused op does not beat that
     bound, and for every training site, the block compiled by torch.compile is timed against the fused op in a
     child process (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its
@@ -514,9 +516,10 @@ def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Option
     fused_ms, host_note = t["fused_ms"], ""
     # the op launches its kernels from Python; CUDA-graph replays (the timing) hide that, a graph run without
     # them does not (FlashNormAttention, H = 2, 768 × max 512 jagged rows, H200, 2026-11-30: forward + backward
-    # host 1.31 ms per call against 0.98 ms of kernels)
-    if t.get("host_ms", 0.0) > fused_ms and not torch._inductor.config.triton.cudagraphs:
-        fused_ms, host_note = t["host_ms"], f" (host time per call; GPU {t['fused_ms']:.4f} ms)"
+    # host 1.31 ms per call against 0.98 ms of kernels): priced at GPU + host time, as every op call
+    if t.get("host_ms") and not torch._inductor.config.triton.cudagraphs:
+        fused_ms = t["fused_ms"] + t["host_ms"]
+        host_note = f" (GPU {t['fused_ms']:.4f} + host time per call {t['host_ms']:.4f} ms)"
     what = "forward + backward" if site.train else "forward"
     detail = (f"{what}: measured fused {fused_ms:.4f} ms{host_note} vs unfused lower bound {unfused_ms:.4f} ms "
               f"({attention} {t['attention_ms']:.4f} + {copies} {copied} {copies * t['copy_ms']:.4f})")

@@ -245,11 +245,13 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
         acc = acc - shift.float()[:, None] * u.float()[None, :]
     if bias is not None:
         acc = acc + bias.float()
+    projected = acc
     if head_norm is not None:
         acc = per_head_norm(acc, epilogue.head_dim, head_norm)
     if residual is not None:
         acc = acc + normalized_residual(residual, residual_norm)
     z = acc.to(a.dtype)
+    aux = (projected if head_norm is not None else acc).to(a.dtype)  # with a per-head norm: its input
     if epilogue.gated:
         act = _ACTIVATIONS[epilogue.activation[:-len("_mul")]]
         out = (act(acc[:, 0::2]) * acc[:, 1::2]).to(a.dtype)
@@ -268,7 +270,7 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
             valid = (torch.arange(width, device=a.device)[None, :] < count[:, None])
             d = torch.where(valid, zf - (total / count.clamp(min=1))[..., None], 0.0)
             partials = torch.stack([total.t(), (d * d).sum(-1).t()]).contiguous()
-    return out, z if epilogue.write_aux else a.new_empty(0), partials
+    return out, aux if epilogue.write_aux else a.new_empty(0), partials
 
 
 def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm) -> Tensor:

@@ -574,13 +574,10 @@ def _matmul_form_reason(x: Node, path: list) -> str:
 
 def _qk_norm_reason(ctx) -> str:
     """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
-    projection it rewrites (regrouped_norm._find_head_norm), and only at inference."""
+    projection it rewrites (regrouped_norm._find_head_norm)."""
     if "regrouped_norm" not in ctx.config.fusions:
         return ("only the regrouped_norm family fuses it, into its q/k projection's epilogue, and that family is "
                 "off (fusions 'regrouped_norm')")
-    if ctx.backward:
-        return ("the regrouped_norm family takes it into the q/k projection's epilogue at inference only (the "
-                "backward piece is not built)")
     return ("the regrouped_norm family did not take it into a q/k projection's epilogue (it takes a per-head "
             "RMSNorm, ± RoPE, only right after a projection it rewrites, the per-head view its only reader)")
 

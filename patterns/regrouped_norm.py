@@ -10,8 +10,9 @@
 * **QK-norm** (Qwen3- and Gemma3-style attention, inference): a consumer whose output is viewed per head
   (``proj(h).view(B, L, H, D)``) and normalized per head by an RMSNorm, before or after ``.transpose(1, 2)``, then
   rotated (rotate-half RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q and k are written once,
-  already normalized and rotated, and the attention stays the model's own (any backend, mask, GQA). Training
-  keeps the per-head norm unfused (the backward piece is not built).
+  already normalized and rotated, and the attention stays the model's own (any backend, mask, GQA). In training
+  the epilogue also writes the projection's output (``aux``), which the norm's backward reads: the model's
+  per-head norm nodes stay in the graph for the backward, fed from it.
 * **Producer.** Where the norm's input is ``x @ Wᵀ (+ b) + residual`` (o_proj / down_proj / fc2 plus the
   residual stream), that GEMM is rewritten to add bias and residual in its epilogue and to write per-segment
   partial row statistics; a tiny finish gives rstd (and μ), which the consumers and the backward read instead
@@ -196,10 +197,10 @@ def _head_norm_patterns() -> list:
     return [pattern for _, pattern in traced_norm_forms(weighted)]
 
 
-def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
+def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) -> Optional[HeadNorm]:
     """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n), with
     the rotate-half RoPE after its transpose where the model applies one; None otherwise, or where any node in
-    between is read elsewhere (the output would still be needed)."""
+    between is read elsewhere than by the ``backward`` nodes (the output would still be needed)."""
     from .common import _eps
 
     views = [u for u in pre.users if u.target in VIEW_OPS]
@@ -230,7 +231,7 @@ def _find_head_norm(pre: Node, n: int) -> Optional[HeadNorm]:
                     frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
     inner = head.nodes - {head.output}
-    if any(u not in head.nodes for node in inner for u in node.users):
+    if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
         return None
     return head
 
@@ -351,7 +352,11 @@ class _Rewrite:
     @property
     def write_aux(self) -> bool:
         """The pre-activation, or a piece of the activation computed from it, is still read outside the
-        activation (by the backward): the epilogue stores the pre-activation, and those readers recompute from it."""
+        activation (by the backward): the epilogue stores the pre-activation, and those readers recompute from it.
+        The same for a per-head norm: its input (the projection's output), where the backward reads the norm."""
+        if self.head is not None:
+            inner = self.head.nodes - {self.head.output}
+            return any(u not in self.head.nodes for n in (*self.pre, *inner) for u in n.users)
         if self.activation == "none":
             return False
         inner = [n for n in self.act_nodes if n is not self.act_output]
@@ -399,8 +404,7 @@ def _plan_rewrites(consumers, ctx) -> list[_Rewrite]:
     for c in consumers:
         if c.node not in used:
             pre = _model_shaped(c.node)
-            head = _find_head_norm(pre, c.n) if not ctx.backward else None  # its backward is not built
-            rewrites.append(_Rewrite([c], pre=[pre], head=head))
+            rewrites.append(_Rewrite([c], pre=[pre], head=_find_head_norm(pre, c.n, ctx.backward)))
     return rewrites
 
 
@@ -570,7 +574,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             # model's [B, H, L, D] view (or [B, L, H, D])
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
             out, aux_out, _ = gemm(
-                a, w, v, None, scale, shift, u, norm, "none", False, "none", w_kn, backend="triton", head_dim=D,
+                a, w, v, None, scale, shift, u, norm, "none", aux, "none", w_kn, backend="triton", head_dim=D,
                 head_weight=head_weight, head_eps=head.eps, rope_cos=tables[0], rope_sin=tables[1])
             out = out.view(B, L, H, D)
             results = [out.permute(0, 2, 1, 3) if head.transposed else out]
@@ -600,6 +604,11 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     if aux:
         for pre, value in zip(rw.pre, outputs[1:]):
             pre.replace_all_uses_with(value)
+    if aux and head is not None:  # the norm's nodes the backward reads now read aux, inserted after them: move
+        last = max(outputs, key=lambda n: _position(graph, n))  # them after it, in their order
+        for node in sorted((n for n in head.nodes if n is not replaced), key=lambda n: _position(graph, n)):
+            last.append(node)
+            last = node
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
 
 

@@ -17,7 +17,8 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
-* ``WRITE_AUX`` — z itself stored to ``aux`` (the pre-activation value that the backward reads).
+* ``WRITE_AUX`` — z itself stored to ``aux`` (the pre-activation value that the backward reads); with
+  ``HEAD_DIM``, z before the per-head norm (the norm's input, which its backward reads).
 * ``STATS`` — the producer side: per row and per BLOCK_N segment of columns, the partial statistics of z as
   stored (rounded to the output dtype, what every reader sees): 1: Σz² (RMSNorm), 2: Σz and Σ(z − z̄_seg)²
   (LayerNorm; the segment-centred square does not cancel when |μ| ≫ σ, and segments combine exactly by Chan's
@@ -262,6 +263,8 @@ def epilogue_gemm_kernel(
         if HAS_BIAS:
             acc = _add_columns(acc, bias_ptr, offs_n, N)
         if HEAD_DIM != 0:
+            if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
+                x_desc.store([off_m, off_n], acc.to(dtype))
             acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, head_eps, offs_m, M, ROPE, BLOCK_M, BLOCK_N,
                              HEAD_DIM)
         if HAS_RESIDUAL:
@@ -270,9 +273,9 @@ def epilogue_gemm_kernel(
                 r = _normalized_residual(r, res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, offs_m,
                                          offs_n, M, N, RESIDUAL_NORM == 2, HAS_RES_WEIGHT, HAS_RES_BIAS)
             acc = acc + r
-        if WRITE_AUX or STATS != 0:
+        if (WRITE_AUX and HEAD_DIM == 0) or STATS != 0:
             z_stored = acc.to(dtype)
-            if WRITE_AUX:
+            if WRITE_AUX and HEAD_DIM == 0:
                 x_desc.store([off_m, off_n], z_stored)
             if STATS != 0:
                 _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N)

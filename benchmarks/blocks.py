@@ -119,6 +119,9 @@ def build(spec: dict, train: bool, device: str, dtype: torch.dtype, random_embed
     return model, inputs, sol_ms, labels
 
 
+CONTROLS = ("default_again", "norm_fusion_never")
+
+
 def run_block(name: str, spec: dict, train: bool, args) -> dict:
     import norm_fusion_inductor as nfi
 
@@ -138,6 +141,13 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     if "norm_fusion_triton" in args.backends:  # the Triton GEMMs alone, beside the best per GEMM
         compilers["norm_fusion_triton"] = dict(backend="norm_fusion", options={"norm_fusion": {
             **options, "gemm_backends": ("triton",)}})
+    # controls: the same default compiled twice (how far two identical compiles differ in this process), and
+    # the plugin's passes with policy "never" (default's graph, the passes run, nothing measured)
+    if "default_again" in args.backends:
+        compilers["default_again"] = {}
+    if "norm_fusion_never" in args.backends:
+        compilers["norm_fusion_never"] = dict(backend="norm_fusion", options={"norm_fusion": {
+            **options, "policy": "never"}})
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
     eager = make_step(model, inputs, train, labels)()
     fns = {}
@@ -169,7 +179,7 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     if args.host and device == "cuda":
         row["host_ms"] = {cname: host_ms(step) for cname, step in fns.items()}
         row["host_profile"] = host_profile(fns["norm_fusion"])
-    best = min(row[f"t_{c}"] for c in compilers if not c.startswith("norm_fusion"))
+    best = min(row[f"t_{c}"] for c in compilers if not c.startswith("norm_fusion") and c not in CONTROLS)
     row["speedup_vs_best"] = best / row["t_norm_fusion"]
     row["fused_vs_sol"] = row["t_norm_fusion"] / sol_ms
     return row
@@ -250,7 +260,8 @@ def compile_profile(profiler, top: int = 40) -> str:
 
 
 def best_of(row: dict) -> float:
-    return min(v for k, v in row.items() if k.startswith("t_") and not k.startswith("t_norm_fusion"))
+    return min(v for k, v in row.items() if k.startswith("t_") and not k.startswith("t_norm_fusion")
+               and k[2:] not in CONTROLS)
 
 
 def main() -> int:
@@ -258,7 +269,9 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--blocks", nargs="*")
     p.add_argument("--modes", nargs="*", choices=["inference", "train"], default=["inference", "train"])
-    p.add_argument("--backends", nargs="*", default=["default", "max-autotune", "norm_fusion"])
+    p.add_argument("--backends", nargs="*", default=["default", "max-autotune", "norm_fusion"],
+                   help="also norm_fusion_triton (the Triton GEMMs alone) and the controls default_again (default "
+                        "compiled a second time) and norm_fusion_never (the plugin with policy never)")
     p.add_argument("--policy", default="auto")
     p.add_argument("--min-speedup", type=float, help="the plugin's min_speedup option (default: the config's)")
     p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
@@ -299,6 +312,10 @@ def main() -> int:
             if "t_norm_fusion_triton" in row:
                 print(f"  norm_fusion with the Triton GEMMs alone: {row['t_norm_fusion_triton']:.3f} ms "
                       f"({best_of(row) / row['t_norm_fusion_triton']:.3f}x the best baseline)", flush=True)
+            controls = [f"{c} {row['t_' + c]:.3f} ms ({row['t_default'] / row['t_' + c]:.3f}x default)"
+                        for c in CONTROLS if "t_" + c in row]
+            if controls:
+                print("  controls: " + ", ".join(controls), flush=True)
             print("  compile s: " + ", ".join(f"{k[10:]} {v:.1f}" for k, v in row.items()
                                               if k.startswith("compile_s_")), flush=True)
             for s in row["sites"]:

@@ -644,7 +644,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
             return Choice(True, "regrouped_quack", "policy=always")
         return Choice(True, "regrouped_triton", "policy=always")
     try:
-        t = _cached_epilogue(site, config)
+        t = _cached_epilogue(site, config, direct_launch)
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
         return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
     bound = t["mm_ms"] + t["saved_ms"]
@@ -709,13 +709,15 @@ class Screen(NamedTuple):
     min_kernel_ms × min_speedup of bound Quack (an op) cannot win and is not compiled. ``margin`` (the config's
     ``model_margin``; 0: off): a backend the cost model predicts to miss the bound by this factor beyond
     ``min_speedup`` is not compiled either. ``host_priced``: without CUDA graphs an op call's host time is part
-    of its price (``choose_epilogue_gemm``)."""
+    of its price (``choose_epilogue_gemm``). ``direct_launch``: the pass can launch the Triton kernel from
+    Inductor's code, so Triton's price has no host time (Quack, an op call, must beat its GPU time)."""
 
     backends: tuple = ("triton", "quack")
     min_speedup: float = 1.05
     margin: float = 0.0
     op_floor_ms: float = 0.0
     host_priced: bool = True
+    direct_launch: bool = False
 
 
 # Quack's op call cost the host 0.77–1.07x what the Triton op call cost at the same site (three recsys tower
@@ -723,20 +725,21 @@ class Screen(NamedTuple):
 QUACK_HOST_PER_TRITON_HOST = 0.7
 
 
-def _screen(config: NormFusionConfig) -> Screen:
+def _screen(config: NormFusionConfig, direct_launch: bool) -> Screen:
     cudagraphs = bool(torch._inductor.config.triton.cudagraphs)
     return Screen(tuple(config.gemm_backends), float(config.min_speedup), float(config.model_margin),
-                  0.0 if cudagraphs else config.min_kernel_ms * config.min_speedup, not cudagraphs)
+                  0.0 if cudagraphs else config.min_kernel_ms * config.min_speedup, not cudagraphs,
+                  bool(direct_launch))
 
 
-def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig) -> dict:
+def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch: bool = False) -> dict:
     import triton
 
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
     quack = qg.version()  # the installed version, without importing Quack (seconds: it registers its own ops)
-    screen = _screen(config)
+    screen = _screen(config, direct_launch)
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
@@ -835,7 +838,8 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen()) -> dict:
                         f"min_kernel_ms × min_speedup ({screen.op_floor_ms:.4f} ms)")
     if quack_reason is None:
         host = QUACK_HOST_PER_TRITON_HOST * times.get("triton_host_ms", 0.0) if screen.host_priced else 0.0
-        rival = (times["triton_ms"] + (times["triton_host_ms"] if screen.host_priced else 0.0)
+        launched = screen.direct_launch and eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site)) is not None
+        rival = (times["triton_ms"] + (times["triton_host_ms"] if screen.host_priced and not launched else 0.0)
                  if "triton_ms" in times else None)
         quack_reason = _screened("quack", predicted, bound, screen, host, rival)
     if quack_reason is None:

@@ -100,7 +100,7 @@ def test_unsupported_epilogues_name_the_piece(monkeypatch):
 
 def _fake_gpu(monkeypatch, numbers):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
-    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config: dict(numbers))
+    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config, direct=False: dict(numbers))
 
 
 def _choose(config, **kw):
@@ -115,7 +115,7 @@ def test_saved_bytes_leave_out_a_normalized_tensor_the_backward_reads(monkeypatc
     """A consumer's bound counts the normalized tensor's write (its share) only where no backward reads it."""
     sites = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
-    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config: sites.append(site) or dict(
+    monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config, direct=False: sites.append(site) or dict(
         triton_ms=1.0, mm_ms=1.0, saved_ms=0.1, quack_reason="test"))
     choice = _choose(NormFusionConfig(cache_dir=str(tmp_path)), activation="none",
                      backward_reads_norm=backward_reads)
@@ -264,6 +264,17 @@ def test_quack_screen_counts_its_op_calls_host_time(monkeypatch, host_priced, co
     times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=host_priced))
     assert ("quack_ms" in times) is compiled, times
     assert compiled or "host 0.7000" in times["quack_reason"] and "misses the unfused bound" in times["quack_reason"]
+
+
+@pytest.mark.parametrize("direct_launch, compiled", [(False, True), (True, False)])
+def test_quack_screen_knows_when_triton_is_launched_directly(monkeypatch, direct_launch, compiled):
+    """Without CUDA graphs, a Triton kernel Inductor launches itself pays no host time: Quack (0.9 ms predicted,
+    0.75 at best, + 0.7 · 0.3 host) is compiled against Triton through its op (0.8 + 0.3 ms), not against Triton
+    launched directly (0.8 ms). Timings faked."""
+    _fake_timings(monkeypatch, dict(mm=1.5, saved=0.5, triton=0.8, quack=0.7), 0.3, dict(triton=0.8, quack=0.9))
+    monkeypatch.setattr(eg, "tuned_for", lambda *args: {"BLOCK_M": 128})
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, direct_launch=direct_launch))
+    assert ("quack_ms" in times) is compiled, times
 
 
 def test_quack_screened_where_triton_is_measured_cheaper(monkeypatch):

@@ -171,6 +171,8 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
             value = measure()
+            if torch.cuda.is_initialized():  # the measurement's operands (GBs at the block shapes) go back to
+                torch.cuda.empty_cache()  # the device, not to the caching allocator the model then runs in
         try:  # what other processes stored meanwhile (a child process's tuned plan, _compiled_check) is kept
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):

@@ -72,8 +72,8 @@ class NormFusionConfig:
     #: with policy "auto", on a GPU model the cost model has constants for (``cost_model.CALIBRATION``), a regrouped
     #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
     #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
-    #: compiled or timed: a clear loss costs no JIT. At 1.2, none of the 200 backend timings logged on the H200
-    #: would have been screened wrongly with constants fitted without their shape (at 1.15, 5 would);
+    #: compiled or timed: a clear loss costs no JIT. At 1.2, none of the 211 backend timings logged on the H200
+    #: would have been screened wrongly with constants fitted without their shape (at 1.15, 6 would);
     #: ``benchmarks/cost_model.py``. 0 turns the screen off (every backend timed)
     model_margin: float = 1.2
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and

@@ -681,6 +681,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                if name not in timed and t.get(name + "_reason")]
     if others:
         detail += " (" + "; ".join(others) + ")"
+    if t.get("quack_probe_only"):
+        detail += " (Quack timed with its probe config alone: the shortlist could not have made it win)"
     if t.get("predicted"):
         detail += " (cost model: " + ", ".join(f"{name} {ms:.4f}" for name, ms in t["predicted"].items()) + " ms)"
     if priced[backend] != timed[backend]:
@@ -845,18 +847,43 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen()) -> dict:
                  if "triton_ms" in times else None)
         quack_reason = _screened("quack", predicted, bound, screen, host, rival)
     if quack_reason is None:
-        failed = set(regrouped.QUACK_FAILED)
-        on("quack")()  # JIT-compiles and autotunes (seconds) outside the graph capture; a failure falls back
-        new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]
-        if new:
-            quack_reason = new[0]
-        else:
-            times["quack_ms"] = graph_ms(on("quack"))
-            times["quack_config"] = qg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))
-            times["quack_host_ms"] = host_ms(on("quack"))
+        quack_reason = _time_quack(times, on("quack"), site, bound, rival, screen)
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     return times
+
+
+def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optional[float],
+                screen: Screen) -> Optional[str]:
+    """Quack's GPU and host time per call into ``times`` (its JIT costs seconds per config); None, or why it has
+    no time. With the screen on, one config (``PROBE_CONFIG``) is compiled and timed first: where even
+    ``PROBE_SLACK`` better it would not be chosen (it misses the bound by min_speedup, or Triton's price), its
+    time stands for Quack's (the rest of the shortlist was within 2.5 % of it); else the shortlist is tuned."""
+    from . import regrouped
+    from .kernels import quack_epilogue_gemm as qg
+
+    epilogue = _site_epilogue(site)
+    shape = (site.M, site.N, site.K, site.dtype, site.w_kn, epilogue)
+    probe = qg.probe_config(site.device, epilogue) if screen.margin and qg.tuned_for(*shape) is None else None
+    for config in (probe, None) if probe is not None else (None,):
+        if config is not None:
+            qg.remember(*shape, config)
+        elif probe is not None:  # the probe came close: the whole shortlist
+            qg.forget(*shape)
+        failed = set(regrouped.QUACK_FAILED)
+        run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
+        new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]
+        if new:
+            return new[0]
+        times["quack_ms"] = graph_ms(run)
+        times["quack_host_ms"] = host_ms(run)
+        times["quack_config"] = qg.tuned_for(*shape)
+        if config is not None:
+            best = (times["quack_ms"] + (times["quack_host_ms"] if screen.host_priced else 0.0)) / qg.PROBE_SLACK
+            if best * screen.min_speedup >= bound or (rival is not None and best >= rival):
+                times["quack_probe_only"] = True  # one config timed: the rest could not make it win
+                return None
+    return None
 
 
 def _site_epilogue(site: EpilogueSite):

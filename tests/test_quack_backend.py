@@ -286,6 +286,25 @@ def test_quack_screened_where_triton_is_measured_cheaper(monkeypatch):
     assert times["quack_reason"].endswith("not under the other backend's measured 0.8000 ms"), times
 
 
+@pytest.mark.parametrize("probe_ms, tuned", [(0.95, False), (0.75, True)])
+def test_quack_probe_config_first(monkeypatch, probe_ms, tuned):
+    """With the screen on, Quack compiles one config first (PROBE_CONFIG); the shortlist is tuned only where the
+    probe, PROBE_SLACK better, could still win: 0.95 / 1.05 = 0.905 ms does not beat Triton's 0.85 (no host under
+    CUDA graphs), 0.75 does. Timings faked; Quack's configs are bookkeeping here (the GEMMs run on the CPU)."""
+    _fake_timings(monkeypatch, dict(mm=1.5, saved=0.5, triton=0.85, quack=probe_ms), 0.0,
+                  dict(triton=0.85, quack=0.8))
+    monkeypatch.setattr(qg, "_TUNED", {})
+    monkeypatch.setattr(qg, "probe_config", lambda device, epilogue: dict(qg.PROBE_CONFIG))
+    forgotten = []
+    monkeypatch.setattr(qg, "forget", lambda *shape: forgotten.append(shape))
+    order = iter(["mm", "saved", "triton", "quack", "quack"])
+    gpu = dict(mm=1.5, saved=0.5, triton=0.85, quack=probe_ms)
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), gpu[next(order)])[1])
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=False))
+    assert times["quack_ms"] == probe_ms and bool(forgotten) is tuned
+    assert times.get("quack_probe_only", False) is not tuned, times
+
+
 def test_backends_not_asked_for_are_not_compiled(monkeypatch):
     """gemm_backends=("triton",) measures Triton alone (Quack's JIT was paid before even where it was off)."""
     _fake_timings(monkeypatch, dict(mm=1.0, saved=0.5, triton=0.8, quack=0.7), 0.0, {})

@@ -481,6 +481,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     try:
         for rw, aux, choice, sources, _ in choices:
             _insert_consumer(graph, spec.norm, rw, aux, x, rstd, mean, gamma, beta, K, choice, sources)
+            if rw.head is not None:  # its nodes left for the backward are this site's, not a norm of their own
+                ctx.covered.update(rw.head.nodes)
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
     ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,

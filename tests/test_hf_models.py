@@ -39,15 +39,14 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #      it also feeds the residual add) feeds q/k/v, and the attention output GEMM that reads it as its residual
 #      normalizes it on load; each layer's two norms (after the attention output and the FFN output projections
 #      + the residual) and the MLM head's norm → decoder likewise.
-# In training the per-head q/k norms stay unfused (the regrouped family takes them at inference only), each
-# reported as a leftover QK-norm with the reason (QK_NORMS_TRAINING per family).
+# The per-head q/k norms (QK-norm) go into the q/k projections' epilogues (QK_NORMS per family), in training too
+# (the epilogue then also writes the projection's output for the norm's backward).
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
-QK_NORMS = {"gemma3": 2, "qwen3": 2}  # regrouped q/k/v sites with QK-norm + RoPE in the epilogue (inference)
-QK_NORMS_TRAINING = {"gemma3": 4, "qwen3": 4}  # leftover per-head norms (training)
+QK_NORMS = {"gemma3": 2, "qwen3": 2}  # regrouped q/k/v sites with QK-norm + RoPE in the epilogue
 FAMILIES = list(EXPECTED)
 # Trained too (a training compile costs 30-100 s here): one family per norm form the backward sees. Left to
 # inference: gemma and gemma2 (Gemma's (1 + w) RMSNorm and the sandwich norms, both in gemma3), qwen3 (llama's
@@ -97,15 +96,10 @@ def test_every_norm_site_fused_or_explained(family, train):
     sites = nfi.reports()
     lines = [s.line() for s in sites]
     expected = dict(EXPECTED[family])
-    if train and family in QK_NORMS_TRAINING:
-        expected["qk_norm"] = QK_NORMS_TRAINING[family]
     assert dict(collections.Counter(s.fusion for s in sites)) == expected, lines
-    for site in sites:  # all rewritten, but the per-head q/k norms in training, which say why
-        assert site.rewritten or (site.fusion == "qk_norm" and "QK-norm" in site.reason
-                                  and "regrouped_norm" in site.reason and "inference only" in site.reason), site.line()
-    assert sum(not s.rewritten for s in sites) == expected.get("qk_norm", 0), lines
+    assert all(site.rewritten for site in sites), lines
     qk_in_epilogue = sum("QK-norm + RoPE in the epilogue" in s.reason for s in sites if s.fusion == "regrouped_norm")
-    assert qk_in_epilogue == (0 if train else QK_NORMS.get(family, 0)), lines
+    assert qk_in_epilogue == QK_NORMS.get(family, 0), lines
     torch._dynamo.reset()
 
 

@@ -26,7 +26,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 case "${1:-checks}" in
 checks)
     for a in "--norm rms --shape 4096x1024x768" "--norm rms --shape 8192x4096x1024" "--norm ln --shift 1000"; do
-        python3 benchmarks/kernel_check.py $a >> "$OUT/kernel_check.log" 2>&1
+        python3 benchmarks/diagnostics/kernel_check.py $a >> "$OUT/kernel_check.log" 2>&1
     done
     # a line per (variant, config); flag errors above bf16 rounding
     awk '{split($0,a,"out "); split(a[2],b," "); if (b[1]+0 > 0.01 || $0 ~ /Error/) print "BAD", $0}' \
@@ -100,7 +100,7 @@ attention)
         "$@" 2>&1 | grep "^|\|Error" | tee "$OUT/attention.log"
     ;;
 diff)  # the kernels an unfused plugin graph launches against the default's, then half the LayerNorm post sweep
-    timeout 120 python3 benchmarks/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
+    timeout 120 python3 benchmarks/diagnostics/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
     timeout 380 python3 benchmarks/postnorm.py --norm ln --part 1/2 --no-max-autotune --json "$OUT/postnorm_ln.json" \
         2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/postnorm_ln.log"
     ;;
@@ -143,13 +143,13 @@ launch)  # FlashNormAttention through the cached launcher (CACHED_LAUNCH_BY_DEFA
     done
     ;;
 statsblock)  # the in-loop row sums in their own basic block (STATS_OWN_BLOCK): float64 checks with it on, then A/B (~6 min?)
-    timeout 150 python3 benchmarks/gluon_probe.py --ws --w-kn --stats-own-block --no-timing 2>&1 \
+    timeout 150 python3 benchmarks/diagnostics/gluon_probe.py --ws --w-kn --stats-own-block --no-timing 2>&1 \
         | grep -E "worst|Error|assert" | tee "$OUT/statsblock_check.log"
     timeout 240 python3 -c "import sys, pytest; from norm_fusion_inductor.kernels import norm_gemm_gluon as g; \
 g.STATS_OWN_BLOCK_BY_DEFAULT = True; sys.exit(pytest.main(['tests/test_gpu.py', '-q', '-p', 'no:warnings', '--tb=short', \
 '-k', 'gluon or layer_norm_kernel_within or kernel_matches_float64']))" > "$OUT/statsblock_tests.log" 2>&1
     grep -E "passed|failed|Error|assert" "$OUT/statsblock_tests.log" | tail -8
-    timeout 200 python3 benchmarks/gluon_probe.py --ws --stats-own-block --json "$OUT/statsblock.json" \
+    timeout 200 python3 benchmarks/diagnostics/gluon_probe.py --ws --stats-own-block --json "$OUT/statsblock.json" \
         --ln 65536x1024x1024 262144x1024x1024 65536x2048x2048 262144x512x1024 65536x512x2048 262144x256x2048 \
         2>&1 | tee "$OUT/statsblock.log" | grep -E "^ln|kernel|Error"
     ;;
@@ -165,17 +165,17 @@ merged)  # the merged backward's and the selection's GPU tests, then per-kernel 
     done
     ;;
 lnprobe)
-    timeout 300 python3 benchmarks/ln_inloop_probe.py 2>&1 | tee "$OUT/ln_inloop_probe.log"
-    timeout 120 python3 benchmarks/repro_where_wgmma.py 2>&1 | tee "$OUT/repro_where_wgmma.log"  # standalone
+    timeout 300 python3 benchmarks/diagnostics/ln_inloop_probe.py 2>&1 | tee "$OUT/ln_inloop_probe.log"
+    timeout 120 python3 benchmarks/diagnostics/repro_where_wgmma.py 2>&1 | tee "$OUT/repro_where_wgmma.log"  # standalone
     ;;
 gluon)  # the Gluon mainloop: its GPU tests (every plan vs float64), the probe's check and host cost (~4 min?)
     timeout 170 python3 -m pytest tests/test_gpu.py -k "${2:-kernel_matches_float64 or layer_norm_kernel}" -q -p no:warnings \
         --show-capture=no --tb=short > "$OUT/gluon_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/gluon_tests.log" | tail -12
-    timeout 420 python3 benchmarks/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
+    timeout 420 python3 benchmarks/diagnostics/gluon_probe.py ${3:---no-timing} > "$OUT/gluon_check.log" 2>&1
     grep -E "worst|host|Error|x cuBLAS|hidden" "$OUT/gluon_check.log"
     ;;
 host)  # where a fused site's host time goes (the Gluon thin op vs Inductor's launch)
-    timeout 150 python3 benchmarks/host_profile.py 65536x512x256 --norm ln 2>&1 | tee "$OUT/host_profile.log" \
+    timeout 150 python3 benchmarks/diagnostics/host_profile.py 65536x512x256 --norm ln 2>&1 | tee "$OUT/host_profile.log" \
         | grep -E "us/call|site:|Error"
     ;;
 nearmiss)  # NormFusionConfig.compiled_check: its child process for real, then the sites it is for

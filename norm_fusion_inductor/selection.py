@@ -11,7 +11,7 @@ shape (M by power-of-two bucket).
 
 The copy is timed as an elementwise kernel (``_copy``), not ``Tensor.copy_``: under CUDA-graph capture a
 contiguous ``copy_`` becomes a memcpy node that runs on the copy engines, at 2.76 TB/s on the H200 against
-4.29 TB/s for a kernel on the SMs (``benchmarks/copy_timing.py``, 2026-11-30). Timed that way the bound read up
+4.29 TB/s for a kernel on the SMs (``benchmarks/diagnostics/copy_timing.py``, 2026-11-30). Timed that way the bound read up
 to 1.5x high, and a site was fused that ran 11 % slower than the default.
 """
 

@@ -88,7 +88,7 @@ def test_fp32_layer_norm_plans_avoid_pre_pass():
 
 def test_gpu_layer_norm_in_loop_plans_only_with_whole_k_tiles():
     """On the GPU the in-loop LayerNorm plan runs only where K % BLOCK_K == 0: its masked branch (a tl.where on
-    the A tile) was miscompiled on sm_90 (benchmarks/ln_inloop_probe.py, 2026-11-30)."""
+    the A tile) was miscompiled on sm_90 (benchmarks/diagnostics/ln_inloop_probe.py, 2026-11-30)."""
     def plans(K):
         x = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(4096, K), device=torch.device("cpu"))
         return norm_gemm._candidate_plans(x, center=True)

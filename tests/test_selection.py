@@ -45,7 +45,7 @@ def test_policies_without_measurement():
 def test_measured_rule(measured):
     numbers, calls, config = measured
     # recorded at compile time on the H200 (262144x1024x256): fused 0.299, cuBLAS 0.243; a copy of x [262144,
-    # 1024] on the SMs takes 0.252 (benchmarks/copy_timing.py). Fused it ran at 0.65x of torch.compile
+    # 1024] on the SMs takes 0.252 (benchmarks/diagnostics/copy_timing.py). Fused it ran at 0.65x of torch.compile
     numbers.update(fused_ms=0.299, mm_ms=0.243, copy_ms=0.252)
     choice = selection.choose(CUDA_SITE, config)
     assert choice.fused and choice.implementation == "fused_triton" and "0.2990" in choice.reason

@@ -506,7 +506,7 @@ def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) 
     K = x.shape[1]
     # LayerNorm in-loop with a K tile past K: on sm_90 (Triton 3.6) the tl.where that zeroes those columns of
     # x − s made two of five configs wrong (errors 0.05–0.38, 2.3e2 at |μ| = 1000σ) even where K is a multiple
-    # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/ln_inloop_probe.py,
+    # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/diagnostics/ln_inloop_probe.py,
     # H200, 2026-11-30). So the GPU runs it only where K % BLOCK_K == 0 (the kernel then has no where).
     plans = [Plan(prologue, cfg) for prologue in prologues for cfg in configs
              if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]

@@ -16,7 +16,7 @@ Math (design.md §1.1–1.2), x [M, K], W [N, K], γ folded into the weight by t
 W_KN: the weight is stored [K, N] instead (GPT-2's Conv1D: y = x W with W [K, N]); the same math with W'ᵀ
 stored, u[n] = Σ_k W'[k, n]. Only the W tile changes: TMA loads [BLOCK_K, BLOCK_N] tiles at [k, n] and the wgmma
 takes them as its B operand directly (N-major in shared memory) instead of through a permuted [BLOCK_N, BLOCK_K]
-view. Checked against float64 on the H200 for every config and prologue (``benchmarks/gluon_probe.py --w-kn``).
+view. Checked against float64 on the H200 for every config and prologue (``benchmarks/diagnostics/gluon_probe.py --w-kn``).
 
 ROW_STATS (the in-loop prologue): every K step, once the wgmma on the x tile is issued, the same shared-memory
 tile is read into registers and Σx² (LayerNorm: Σ(x − s), Σ(x − s)², s = x[m, 0], so nothing cancels when
@@ -30,7 +30,7 @@ GEMM's output rows, z = x Wᵀ + b + residual, y = norm(z)·γ (+ β) (+ residua
 registers, rstd (and μ) stored for every row. What it gains over the Triton row plan is the overlap: the next
 tile's loads are in flight during this epilogue. The post-norm's operands are None when absent, so the other
 variants' PTX is unchanged. Offered with POST_CONFIGS (norm_gemm.post_tuned_plan) since it was right on the H200
-(``benchmarks/gluon_probe.py --post``).
+(``benchmarks/diagnostics/gluon_probe.py --post``).
 
 Schedule (per CTA of a persistent grid, tiles in grouped order): NUM_BUFFERS shared-memory stages, each an x tile
 and a W tile loaded by TMA onto one mbarrier. The producer runs NUM_BUFFERS − 1 loads ahead of the wgmma; each
@@ -586,7 +586,7 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
 
 
 # BLOCK_M is 16 · num_warps (one wgmma slab per warp); BLOCK_N ≤ 256 (one wgmma wide). Measured on the H200
-# (benchmarks/gluon_probe.py, 2026-11-30): 128×256 with 3 stages is the fastest of these at every shape tried.
+# (benchmarks/diagnostics/gluon_probe.py, 2026-11-30): 128×256 with 3 stages is the fastest of these at every shape tried.
 CONFIGS = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=3, GROUP_M=8, num_warps=8),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_BUFFERS=4, GROUP_M=8, num_warps=8),
@@ -715,7 +715,7 @@ def through_op():
 
 # The thin op is declared with torch.library's low-level API, a CUDA kernel and a fake and nothing else: the
 # compiled graph calls it with grad off, and custom_op's Python autograd and ADInplaceOrView layers cost ~70 µs
-# per call on the H200 host (benchmarks/host_profile.py), as much as the launch itself. Its inputs keep the
+# per call on the H200 host (benchmarks/diagnostics/host_profile.py), as much as the launch itself. Its inputs keep the
 # layout Inductor gives them (flexible_layout, as ops.STREAM_INPUT_TAGS): with the default exact-stride
 # constraint, Inductor copied an unrealized residual stream into the op.
 _LIB = torch.library.Library("norm_fusion", "FRAGMENT")

@@ -2,7 +2,7 @@
 (rep 30 ms), and what does each cost? cuBLAS GEMMs and copies at the block shapes, both timers interleaved over
 three rounds; prints each timer's median ms, their ratio and the wall seconds each spent.
 
-    python benchmarks/timer_agreement.py
+    python benchmarks/diagnostics/timer_agreement.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every (prologue, block config) of the prenorm kernel against float64, one line each: finds a config- or
 variant-specific miscompile that an autotuned test would hide behind whichever plan won.
 
-    python benchmarks/kernel_check.py [--norm ln|rms] [--dtype bfloat16] [--shape 4096x1024x768]
+    python benchmarks/diagnostics/kernel_check.py [--norm ln|rms] [--dtype bfloat16] [--shape 4096x1024x768]
 """
 
 import argparse

@@ -6,7 +6,7 @@ config; then a cProfile (built-ins included) of the op's calls on each backend. 
 at GPU + this host time where no CUDA graph replays it (``selection.choose_epilogue_gemm``), so it decides
 whether Quack can ever be chosen without CUDA graphs.
 
-    python benchmarks/epilogue_host.py [MxKxN ...] [--calls 200]
+    python benchmarks/diagnostics/epilogue_host.py [MxKxN ...] [--calls 200]
 
 Each shape runs two epilogues: a consumer (RMSNorm scale, SiLU·mul of a gated pair) and the stream's producer
 (residual, RMS statistics). GPU only.
@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:  # run from a checkout without an install
     sys.path.insert(0, ROOT)
 

@@ -3,7 +3,7 @@ torch.compile default: torch.profiler over a few steps of the e2e case (loss ins
 total device time, and the step's do_bench median. Written when the child-process measurement of the block
 (fused 3.53 vs compiled 3.88 ms) disagreed with the step (fused 3.97 vs default 3.89 ms), H200, 2026-11-30.
 
-    python benchmarks/profile_recsys_step.py [--batch 768 --seq 512 --kv-len 128 --hidden 512 --heads 4]
+    python benchmarks/diagnostics/profile_recsys_step.py [--batch 768 --seq 512 --kv-len 128 --hidden 512 --heads 4]
 """
 
 import argparse

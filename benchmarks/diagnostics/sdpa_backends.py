@@ -1,7 +1,7 @@
 """Which SDPA backend is the one to beat: each backend of F.scaled_dot_product_attention timed alone (median ms,
 not interleaved) at the QK-norm LLM shape, causal, GQA by enable_gqa.
 
-    python3 benchmarks/sdpa_backends.py [--shape 4x4096x32x8x128]
+    python3 benchmarks/diagnostics/sdpa_backends.py [--shape 4x4096x32x8x128]
 """
 
 import argparse

@@ -8,17 +8,20 @@ norm has rsqrt (RMSNorm: mean/pow; LayerNorm: var_mean), a backward one sums a p
 kernel so it can be checked; the norm kernels also carry what Inductor fused into them (a residual add, a cast),
 so their share is an upper bound of the norm's own cost.
 
-    python benchmarks/norm_share.py --cases llama_layer bert_base_layer [--modes inference train] [--smoke]
+    python benchmarks/diagnostics/norm_share.py --cases llama_layer bert_base_layer [--modes inference train] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 
 import torch
 
-from e2e import CASES, SMOKE, build_case, make_step  # noqa: E402  (run as a script: benchmarks/ is on the path)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+from e2e import CASES, SMOKE, build_case, make_step  # noqa: E402
 
 # forward: rsqrt of a mean of squares or of a variance; backward: the reductions of the norm's backward (the row
 # sums have pow from rsqrt's derivative; dγ's column sums are mul_sum). Errs towards counting a kernel as a norm's,

@@ -1,7 +1,7 @@
 """Where the plugin's time goes at one shape: torch.profiler over the compiled norm→linear (plugin vs default)
 and the bare fused kernel, plus do_bench of each.
 
-    python benchmarks/profile_plugin.py 262144x1024x256
+    python benchmarks/diagnostics/profile_plugin.py 262144x1024x256
 """
 import sys
 

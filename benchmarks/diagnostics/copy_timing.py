@@ -1,6 +1,6 @@
 """The copy the selection's lower bound times, measured three ways (GPU): is a captured copy_ slower?
 
-    python benchmarks/copy_timing.py
+    python benchmarks/diagnostics/copy_timing.py
 """
 import torch
 from triton.testing import do_bench, do_bench_cudagraph

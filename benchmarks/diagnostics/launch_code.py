@@ -1,7 +1,7 @@
 """Print what Inductor generates for one RMSNorm → linear site with the plugin (policy "always"): the kernel
 launches of the call() function, to check the fused kernel is launched directly and nothing copies x first.
 
-    python benchmarks/launch_code.py [MxKxN] [--norm ln] [--full]
+    python benchmarks/diagnostics/launch_code.py [MxKxN] [--norm ln] [--full]
 """
 
 import sys

@@ -1,7 +1,7 @@
 """Why is a site the plugin left unfused slower than torch.compile's default? The kernels each compiled graph
 launches, and both timed side by side (GPU).
 
-    python benchmarks/unfused_diff.py --norm ln --shape 65536x256x256
+    python benchmarks/diagnostics/unfused_diff.py --norm ln --shape 65536x256x256
 """
 import argparse
 import re

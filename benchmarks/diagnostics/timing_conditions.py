@@ -8,7 +8,7 @@
 The block benchmark's profile measured the GEMMs of the layer 5–10 % faster inside the compiled step than the
 selection did alone, and the Quack/cuBLAS ratio differently; this names which condition moves it.
 
-    python benchmarks/timing_conditions.py [--backends triton quack] [--json out.json]
+    python benchmarks/diagnostics/timing_conditions.py [--backends triton quack] [--json out.json]
 """
 
 from __future__ import annotations

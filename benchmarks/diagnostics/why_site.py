@@ -1,6 +1,6 @@
 """Why the selection fuses (or not) one site: its measured times and the decision's reason, on the GPU.
 
-    python benchmarks/why_site.py 65536x2048x256 --position post --norm rms --bias --residual
+    python benchmarks/diagnostics/why_site.py 65536x2048x256 --position post --norm rms --bias --residual
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 the kernel's own launch, the thin op around the Gluon launch, the eager entry, and the compiled graph with each
 mainloop, against torch.compile default; then a cProfile of the compiled Gluon site.
 
-    python benchmarks/host_profile.py [MxKxN] [--norm ln]
+    python benchmarks/diagnostics/host_profile.py [MxKxN] [--norm ln]
 """
 import cProfile
+import os
 import pstats
 import sys
 
 import torch
 import torch.nn.functional as F
-from blocks import host_ms
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+from blocks import host_ms  # noqa: E402
 
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor import selection

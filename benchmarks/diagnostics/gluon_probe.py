@@ -9,9 +9,9 @@ not offered to the selection until checked here): every config holding whole row
 beside the Triton row plan and the unfused path, then timed against cuBLAS + Inductor's norm and the Triton row
 plan at N = 256.
 
-    python benchmarks/gluon_probe.py [--ws] [--w-kn] [--post] [--json F]
-    python benchmarks/gluon_probe.py --ws --ln [MxKxN ...]   # LayerNorm vs RMSNorm, kernel vs weight preparation
-    python benchmarks/gluon_probe.py --stats-own-block [--ln ...]  # the checks with STATS_OWN_BLOCK on, and its A/B
+    python benchmarks/diagnostics/gluon_probe.py [--ws] [--w-kn] [--post] [--json F]
+    python benchmarks/diagnostics/gluon_probe.py --ws --ln [MxKxN ...]   # LayerNorm vs RMSNorm, kernel vs weight preparation
+    python benchmarks/diagnostics/gluon_probe.py --stats-own-block [--ln ...]  # the checks with STATS_OWN_BLOCK on, and its A/B
 """
 import argparse
 import itertools
@@ -26,7 +26,7 @@ from norm_fusion_inductor.kernels import norm_gemm_gluon as glu
 from norm_fusion_inductor.kernels import tuning
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.kernel_probe import bench  # noqa: E402
+from benchmarks.diagnostics.kernel_probe import bench  # noqa: E402
 from tests.helpers import (linear_post_norm_reference64, linear_post_norm_unfused, ln_linear_reference64,  # noqa: E402
                            rel_err, rms_linear_reference64)
 

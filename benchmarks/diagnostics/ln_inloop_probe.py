@@ -14,7 +14,7 @@ reaches past K (EVEN_K = False, never on the GPU), so the variants put it back t
     where_no_shift   and s = 0                        (reference: LayerNorm, same as the kernel)
     where_no_u       and the epilogue drops −(μ − s)·u (reference: rstd·((x − s)·γ)Wᵀ + Wβ + b)
 
-    python benchmarks/ln_inloop_probe.py [--shape 4096x1024x768] [--shift 0 1000]
+    python benchmarks/diagnostics/ln_inloop_probe.py [--shape 4096x1024x768] [--shift 0 1000]
 
 Under TRITON_INTERPRET=1 (CPU, with --dtype float16: the interpreter's bf16 dots are wrong) it runs the interpreter
 config only: a check of the script, not of the GPU.
@@ -30,7 +30,7 @@ import tempfile
 
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.helpers import ln_linear_reference64, rel_err  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Probe of the prenorm GEMM kernel alone: every (prologue, block config) against cuBLAS and Inductor's norm,
 side by side in one run.
 
-    python benchmarks/kernel_probe.py [--json F]
+    python benchmarks/diagnostics/kernel_probe.py [--json F]
 
 (The --mainloop mode that timed candidate configs — a subtiled epilogue store, two CTAs per SM — and the kernel
 options it needed are in commit 0376a52; measured slower on the H200, 2026-11-30, and removed.)

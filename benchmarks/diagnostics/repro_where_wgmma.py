@@ -8,7 +8,7 @@ call, checked in the interpreter).
 against float64, with and without the where, in the two block configs that failed in `ln_inloop_probe.py`
 (BLOCK_N 256 / BLOCK_K 64 / 8 warps / unflattened; BLOCK_N 128 / BLOCK_K 128 / 8 warps) and one that passed.
 
-    python benchmarks/repro_where_wgmma.py
+    python benchmarks/diagnostics/repro_where_wgmma.py
 """
 
 import torch

@@ -2,16 +2,19 @@
 to tell a host-bound measurement from a slow kernel: host ms per call (no synchronization inside the loop), wall
 ms per call (synchronized at the end), do_bench's median, for each activation.
 
-    python benchmarks/attention_host.py --heads 2 --max-len 512
+    python benchmarks/diagnostics/attention_host.py --heads 2 --max-len 512
 """
 
 import argparse
+import os
+import sys
 import time
 
 import torch
 import triton
 
-import attention  # benchmarks/ is on the path when run as a script
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import attention  # noqa: E402
 
 op = torch.ops.norm_fusion.norm_attention
 

@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .config import NormFusionConfig
+from .config import GEMM_BACKENDS, NormFusionConfig
 from .kernels import norm_attention, norm_gemm, norm_gemm_gluon
 from .timing import graph_ms, host_ms, interleaved_medians
 
@@ -716,7 +716,7 @@ class Screen(NamedTuple):
     of its price (``choose_epilogue_gemm``). ``direct_launch``: the pass can launch the Triton kernel from
     Inductor's code, so Triton's price has no host time (Quack, an op call, must beat its GPU time)."""
 
-    backends: tuple = ("triton", "quack")
+    backends: tuple = GEMM_BACKENDS
     min_speedup: float = 1.05
     margin: float = 0.0
     op_floor_ms: float = 0.0

@@ -607,8 +607,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         for pre, value in zip(rw.pre, outputs[1:]):
             pre.replace_all_uses_with(value)
     if aux and head is not None:  # the norm's nodes the backward reads now read aux, inserted after them: move
-        last = max(outputs, key=lambda n: _position(graph, n))  # them after it, in their order
-        for node in sorted((n for n in head.nodes if n is not replaced), key=lambda n: _position(graph, n)):
+        order = {n: i for i, n in enumerate(graph.nodes)}  # them after it, in their order
+        last = max(outputs, key=order.__getitem__)
+        for node in sorted((n for n in head.nodes if n is not replaced), key=order.__getitem__):
             last.append(node)
             last = node
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them

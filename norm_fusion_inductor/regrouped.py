@@ -52,19 +52,6 @@ def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, re
                            rope=rope)
 
 
-@torch.library.custom_op("norm_fusion::epilogue_gemm", mutates_args=(), tags=STREAM_INPUT_TAGS)
-def epilogue_gemm(a: Tensor, w: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], scale: Optional[Tensor],
-                  shift: Optional[Tensor], u: Optional[Tensor], row_norm: str, activation: str, write_aux: bool,
-                  stats: str, w_kn: bool, residual_norm: str = "none", residual_scale: Optional[Tensor] = None,
-                  residual_shift: Optional[Tensor] = None, residual_weight: Optional[Tensor] = None,
-                  residual_bias: Optional[Tensor] = None, backend: str = "triton", head_dim: int = 0,
-                  head_weight: Optional[Tensor] = None, head_eps: float = 0.0, rope_cos: Optional[Tensor] = None,
-                  rope_sin: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
-    return run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
-                             residual_norm, residual_scale, residual_shift, residual_weight, residual_bias, backend,
-                             head_dim, head_weight, head_eps, rope_cos, rope_sin)
-
-
 def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
                       residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
                       residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
@@ -96,6 +83,24 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
                                 scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm,
                                 head_norm=head_norm, config=config)
+
+
+# The op is declared with torch.library's low-level API: one kernel for every device and a fake, nothing else (no
+# autograd: the pass inserts it after autograd). custom_op's Python autograd, ADInplaceOrView and aliasing-check
+# layers cost tens of µs per call on the GPU host (benchmarks/diagnostics/epilogue_host.py), which a graph that is
+# not replayed by CUDA graphs pays per step. Its outputs never alias its inputs or each other (the kernels allocate
+# them; the reference returns fresh tensors), which custom_op used to check per call and tests/test_regrouped.py's
+# opcheck now checks once.
+_LIB = torch.library.Library("norm_fusion", "FRAGMENT")
+_LIB.define(
+    "epilogue_gemm(Tensor a, Tensor w, Tensor? bias, Tensor? residual, Tensor? scale, Tensor? shift, Tensor? u, "
+    "str row_norm, str activation, bool write_aux, str stats, bool w_kn, str residual_norm='none', "
+    "Tensor? residual_scale=None, Tensor? residual_shift=None, Tensor? residual_weight=None, "
+    "Tensor? residual_bias=None, str backend='triton', int head_dim=0, Tensor? head_weight=None, "
+    "float head_eps=0.0, Tensor? rope_cos=None, Tensor? rope_sin=None) -> (Tensor, Tensor, Tensor)",
+    tags=STREAM_INPUT_TAGS)
+_LIB.impl("epilogue_gemm", run_epilogue_gemm, "CompositeExplicitAutograd")
+epilogue_gemm = torch.ops.norm_fusion.epilogue_gemm.default
 
 
 def launch_config(choice) -> Optional[dict]:
@@ -173,7 +178,7 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
     return a, w, residual
 
 
-@epilogue_gemm.register_fake
+@torch.library.register_fake("norm_fusion::epilogue_gemm", lib=_LIB)
 def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
       residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton",
       head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
@@ -270,6 +275,8 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
             valid = (torch.arange(width, device=a.device)[None, :] < count[:, None])
             d = torch.where(valid, zf - (total / count.clamp(min=1))[..., None], 0.0)
             partials = torch.stack([total.t(), (d * d).sum(-1).t()]).contiguous()
+    if epilogue.write_aux and aux.data_ptr() == out.data_ptr():  # fp32 without an activation: one tensor
+        aux = aux.clone()
     return out, aux if epilogue.write_aux else a.new_empty(0), partials
 
 

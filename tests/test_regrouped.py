@@ -367,6 +367,52 @@ def test_stream_is_written_once_for_all_its_consumers(train):
     assert len(calls) == 3 and len(streams) == 1, calls
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_gelu_epilogue_over_a_wide_range(dtype):
+    """GELU(erf) in the epilogue (16-bit outputs take the cheaper erf, clamped where its polynomial would turn)
+    against float64 over pre-activations from −12 to 12, every element within the output's rounding."""
+    M, K, N = 64, 32, 64
+    a = (torch.randn(M, K) * 3).to(dtype)
+    a[0] = 8.0  # one row of far negative and positive pre-activations (|z| ≈ 45)
+    w = (torch.randn(N, K) / K ** 0.5).to(dtype)
+    epilogue = eg.Epilogue(activation="gelu")
+    out = torch.full((M, N), float("nan"), dtype=dtype)
+    out.copy_(eg.epilogue_gemm(a, w, epilogue=epilogue)[0])
+    z = a.double() @ w.double().t()
+    assert z.abs().max() > 8, "the inputs should reach where erf saturates"
+    ref = torch.nn.functional.gelu(z)
+    # the output's rounding, and an absolute term for the negative tail, where 1 + erf cancels in any fp32 GELU
+    atol = 2e-4 if dtype == torch.float16 else 2e-6
+    assert ((out.double() - ref).abs() <= torch.finfo(dtype).eps * ref.abs() + atol).all()
+    assert (out[z < -12] == 0).all() if (z < -12).any() else True
+    assert rel(out, ref) < tol(dtype)
+
+
+@pytest.mark.skipif(not CUDA, reason="the cached launcher serves GPU launches")
+def test_cached_launches_read_their_own_operands():
+    """After a launch key's first call the compiled kernel is called directly (kernels.launch.cached_launch): calls
+    with fresh operands of the same shapes, each output poisoned first, compute from their own operands."""
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
+    from norm_fusion_inductor.kernels import launch
+
+    epilogue = eg.Epilogue(row_norm="ln", bias=True, activation="gelu", write_aux=True)
+    M, K, N = 1000, 192, 384
+    before = len(launch.LAUNCHERS)
+    for _ in range(3):
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        bias, u = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+        scale, shift = torch.rand(M, device="cuda") + 0.5, torch.randn(M, device="cuda")
+        out, aux, _ = eg.epilogue_gemm(a, w, epilogue=epilogue, bias=bias, scale=scale, shift=shift, u=u)
+        z = ((a.double() @ w.double().t()) * scale.double()[:, None] - shift.double()[:, None] * u.double()
+             + bias.double())
+        assert rel(aux, z) < tol(torch.bfloat16)
+        assert rel(out, torch.nn.functional.gelu(z)) < tol(torch.bfloat16)
+        out.fill_(float("nan"))  # poisoned: the next call's buffers may reuse this memory
+        aux.fill_(float("nan"))
+    assert len(launch.LAUNCHERS) > before, "the launches did not go through the cached launcher"
+
+
 @pytest.mark.skipif(not CUDA, reason="compiles and times the kernel on the GPU")
 def test_tuning_compiles_each_config_once(monkeypatch):
     """The tuner compiles its configs on threads first (``compile_only``, Triton's warmup), then times them: the

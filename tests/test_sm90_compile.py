@@ -364,6 +364,7 @@ def _norm_gemm(ng):
 
 def _epilogue_gemm(eg):
     eg._num_sms = lambda index: 132
+    eg._cached_launch = lambda kernel, grid, args, meta, device, key_extra=(): kernel[grid()](*args, **meta)
     M, K, N = 1024, 512, 1024
     a, w, w_kn = _empty(M, K), _empty(N, K), _empty(K, N)
     rows, cols = (_empty(n, dtype=torch.float32) for n in (M, N))

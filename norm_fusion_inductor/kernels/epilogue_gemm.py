@@ -43,15 +43,16 @@ tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from .common import aligned16, ensure_allocator, fastest_config, interpret_mode, launcher, m_bucket, unused_pointer
+from .common import aligned16, ensure_allocator, fastest_config, interpret_mode, launcher, m_bucket, traced
+from .common import unused_pointer
 from .common import num_sms as _num_sms  # a module name tests can stand in for (no GPU to ask)
 from .common import tile_coords
+from .launch import cached_launch as _cached_launch  # a module name tests can stand in for
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
 GATED = ("silu_mul", "gelu_mul", "gelu_tanh_mul")  # act(gate) · up
@@ -133,12 +134,29 @@ def _erf(x):
 
 
 @triton.jit
-def _activation(z, ACTIVATION: tl.constexpr):
-    """0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu, 5 relu²; fp32 in and out."""
+def _erf_16bit(x):
+    """erf to 4e-5 absolute, for 16-bit outputs (GELU's error a tenth of fp16's half-ulp, a hundredth of bf16's):
+    tanh(x·P(x²)) with P of degree 2 fitted to erf (minimax over [0, 3]), tanh(y) = 1 − 2 / (1 + e^{2y}); ±1 beyond
+    |x| = 3 (erf is 1 − 2e-5 there; P would turn past 7.6), so GELU's absolute error stays under 1e-4 and its far
+    negative tail is exactly 0. Half the instructions of ``_erf``, which matters because the epilogue is ALU-bound
+    at short K (``benchmarks/diagnostics/epilogue_configs.py --pieces``)."""
+    xc = tl.minimum(tl.maximum(x, -3.0), 3.0)
+    x2 = xc * xc
+    y2 = xc * (2.2562867592876046 + x2 * (0.2081623707901776 - 0.003572948864116719 * x2))  # 2·x·P(x²)
+    return tl.where(xc == x, 1.0 - 2.0 / (1.0 + tl.exp(y2)), tl.where(x > 0, 1.0, -1.0))
+
+
+@triton.jit
+def _activation(z, ACTIVATION: tl.constexpr, WIDE: tl.constexpr):
+    """0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu, 5 relu²; fp32 in and out. ``WIDE``: the output is fp32
+    (GELU's erf then to 1.5e-7, else to 4e-5: below a 16-bit output's rounding at half the cost)."""
     if ACTIVATION == 1:
         z = tl.maximum(z, 0.0)
     elif ACTIVATION == 2:
-        z = 0.5 * z * (1.0 + _erf(z * 0.7071067811865476))
+        if WIDE:
+            z = 0.5 * z * (1.0 + _erf(z * 0.7071067811865476))
+        else:
+            z = 0.5 * z * (1.0 + _erf_16bit(z * 0.7071067811865476))
     elif ACTIVATION == 3:
         inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
         z = 0.5 * z * (1.0 + (2.0 * _sigmoid(2.0 * inner) - 1.0))
@@ -151,10 +169,10 @@ def _activation(z, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
     """Columns interleaved as (gate, up) pairs: act(gate) · up, BLOCK_N // 2 wide."""
     gate, up = tl.split(tl.reshape(z, (BLOCK_M, BLOCK_N // 2, 2)))
-    return _activation(gate, ACTIVATION) * up
+    return _activation(gate, ACTIVATION, WIDE) * up
 
 
 @triton.jit
@@ -280,9 +298,10 @@ def epilogue_gemm_kernel(
             if STATS != 0:
                 _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N)
         if GATED:
-            o_desc.store([off_m, off_n // 2], _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N).to(dtype))
+            gated = _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N, dtype == tl.float32)
+            o_desc.store([off_m, off_n // 2], gated.to(dtype))
         else:
-            o_desc.store([off_m, off_n], _activation(acc, ACTIVATION).to(dtype))
+            o_desc.store([off_m, off_n], _activation(acc, ACTIVATION, dtype == tl.float32).to(dtype))
 
 
 # --- host side ------------------------------------------------------------------------------------------------
@@ -341,8 +360,11 @@ class Epilogue:
 # BLOCK_M = 128 is one wgmma warpgroup tile per 4 warps; K tiles of 64 (128-byte rows for 16-bit types, what TMA
 # swizzles best); BLOCK_N 128 or 256 trades L2 reuse against registers.
 # Warp specialization (tl.range(..., warp_specialize=True)), which would overlap a tile's epilogue with the next
-# tile's mainloop, does not compile in Triton 3.6 for these epilogues on sm_90 (NVGPUWarpSpecialization:
-# "unsupported op type" at tt.reshape/tt.split, H200, 2026-12-01): no config asks for it.
+# tile's mainloop, is not usable in Triton 3.6 on sm_90: a gated epilogue does not compile ("unsupported op type"
+# at tt.reshape/tt.split), and the others compile (partitioned at 4 warps only) but compute wrong results as soon as
+# the epilogue has a piece — rms, LayerNorm + GELU, residual + statistics all differ from the unspecialized kernel
+# by 0.7–0.9 of max|out| or NaN; the plain GEMM is right
+# (benchmarks/diagnostics/epilogue_configs.py, benchmarks/results/gpu-2026-12-03c/call_b). No config asks for it.
 # CTAS_PER_SM = 2: a grid of two programs per SM with tiles small enough that two fit (shared memory and
 # registers), so one program's epilogue runs while the other's mainloop does: the overlap warp specialization
 # would give, by occupancy.
@@ -477,7 +499,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     # a symbolic M (a direct launch traced under dynamic shapes) takes the whole persistent grid: min() would
     # guard on M, and programs without a tile exit at once
     grid = (programs,) if isinstance(M, torch.SymInt) else (min(programs, tiles),)
-    (functools.partial(kernel.warmup, grid=grid) if compile_only else kernel[grid])(
+    args = (
         a, w, out, *(t if t is not None else dummy for t in (aux, residual, bias, scale, shift, u, partials)),
         *(t if t is not None else dummy for t in (
             (residual_norm.scale, residual_norm.shift, residual_norm.weight, residual_norm.bias)
@@ -487,7 +509,8 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
             (head_norm.weight, head_norm.cos, head_norm.sin) if head_norm is not None else (None,) * 3)),
         head_norm.eps if head_norm is not None else 0.0,
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
-        x.stride(0) if x is not None else 0,
+        x.stride(0) if x is not None else 0)
+    meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, ROPE=epilogue.rope,
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
@@ -498,6 +521,12 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )
+    if compile_only:
+        kernel.warmup(*args, grid=grid, **meta)
+    elif a.is_cuda and not traced(a):  # the JIT's per-call binding (~100 µs for these ~40 arguments) once per key
+        _cached_launch(kernel, lambda: grid, args, meta, a.device, key_extra=grid)
+    else:
+        kernel[grid](*args, **meta)
 
 
 _TUNED: dict = {}

@@ -1,0 +1,142 @@
+"""Every block config of the Triton epilogue GEMM, one by one, against cuBLAS: which config wins at which shape
+and epilogue, and the warp-specialized variants (``WARP_SPECIALIZE``, which the tuner does not offer: on Triton 3.6
+/ sm_90 they computed wrong results with any epilogue piece, benchmarks/results/gpu-2026-12-03c/call_b). Each config's output is checked
+against the first config's (max |Δ| / max |out|).
+
+    python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
+    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...]
+
+Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
+the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation).
+Median ms (do_bench), interleaved over the rounds; GPU only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for path in (ROOT, os.path.join(ROOT, "benchmarks")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from epilogue_gemm import EPILOGUES  # noqa: E402
+
+from norm_fusion_inductor.kernels import epilogue_gemm as eg  # noqa: E402
+from norm_fusion_inductor.timing import interleaved_medians  # noqa: E402
+
+DEFAULT_CASES = ["131072x512x1024:ln_gelu_consumer", "131072x1024x512:producer_ln_stats",
+                 "262144x256x2048:swiglu_consumer", "262144x1024x256:producer_rms_stats",
+                 "262144x256x1024:rms_consumer", "16384x4096x4096:plain"]
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps, CTAS_PER_SM): warp-specialized candidates (Triton 3.6 on sm_90
+# partitions the loop only at 4 warps: a TMA producer warp ahead of the MMA + epilogue warps)
+WS_CANDIDATES = [(128, 128, 64, 4, 4, 1), (128, 128, 64, 3, 4, 1), (128, 128, 128, 3, 4, 1), (64, 256, 64, 3, 4, 1),
+                 (128, 128, 64, 2, 4, 2), (64, 128, 64, 3, 4, 2)]
+
+
+def ws_configs(epilogue) -> list:
+    if epilogue.gated or epilogue.head_dim:  # reshape/split: the partitioner rejects them (Triton 3.6)
+        return []
+    configs = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=s, num_warps=w, FLATTEN=False,
+                    WARP_SPECIALIZE=True, CTAS_PER_SM=c) for bm, bn, bk, s, w, c in WS_CANDIDATES]
+    if epilogue.stats != "none":
+        configs = [c for c in configs if c["BLOCK_N"] == eg.stats_width(torch.device("cuda"))]
+    return configs
+
+
+PIECES = {
+    "plain": eg.Epilogue(),
+    "rms": eg.Epilogue(row_norm="rms"),
+    "ln": eg.Epilogue(row_norm="ln"),
+    "ln+bias": eg.Epilogue(row_norm="ln", bias=True),
+    "rms+relu": eg.Epilogue(row_norm="rms", activation="relu"),
+    "rms+silu": eg.Epilogue(row_norm="rms", activation="silu"),
+    "rms+gelu": eg.Epilogue(row_norm="rms", activation="gelu"),
+    "rms+gelu_tanh": eg.Epilogue(row_norm="rms", activation="gelu_tanh"),
+    "ln+bias+gelu": eg.Epilogue(row_norm="ln", bias=True, activation="gelu"),
+    "ln+bias+gelu_tanh": eg.Epilogue(row_norm="ln", bias=True, activation="gelu_tanh"),
+}
+
+
+def pieces(shapes, rounds: int) -> None:
+    from triton.testing import do_bench
+
+    for shape in shapes:
+        M, K, N = (int(v) for v in shape.split("x"))
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        rows, cols = torch.rand(M, device="cuda") + 0.5, torch.randn(N, device="cuda")
+        wt = w.t()
+        fns = {"cublas": lambda: torch.mm(a, wt)}
+        for name, e in PIECES.items():
+            kw = dict(scale=rows if e.row_norm != "none" else None, shift=rows if e.row_norm == "ln" else None,
+                      u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None)
+            fns[name] = lambda e=e, kw=kw: eg.epilogue_gemm(a, w, epilogue=e, **kw)
+            fns[name]()  # tunes
+        t = interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
+        print(f"\n{shape}: ms (x cuBLAS), tuned config each", flush=True)
+        for name, ms in t.items():
+            print(f"  {name:20s} {ms:.4f} ({ms / t['cublas']:.2f})")
+        print("configs:", eg.tuned_configs(), sep="\n")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("cases", nargs="*")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--pieces", action="store_true")
+    args = p.parse_args()
+    if args.pieces:
+        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds)
+        return 0
+    args.cases = args.cases or DEFAULT_CASES
+    from triton.testing import do_bench
+
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    for case in args.cases:
+        shape, name = case.split(":")
+        M, K, N = (int(v) for v in shape.split("x"))
+        epilogue = EPILOGUES[name]
+        dt = torch.bfloat16
+        a = torch.randn(M, K, device="cuda", dtype=dt)
+        w = torch.randn(N, K, device="cuda", dtype=dt) / K ** 0.5
+        tensors = dict(residual=torch.randn(M, N, device="cuda", dtype=dt) if epilogue.residual else None,
+                       bias=torch.randn(N, device="cuda") if epilogue.bias else None,
+                       scale=torch.rand(M, device="cuda") + 0.5 if epilogue.row_norm != "none" else None,
+                       shift=torch.randn(M, device="cuda") if epilogue.row_norm == "ln" else None,
+                       u=torch.randn(N, device="cuda") if epilogue.row_norm == "ln" else None)
+        configs = eg._configs(a, epilogue) + ws_configs(epilogue)
+        wt = w.t()
+        fns, outs, errors = {"cublas": lambda: torch.mm(a, wt)}, {}, {}
+        for i, cfg in enumerate(configs):
+            label = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']}"
+                     f"{' flat' if cfg['FLATTEN'] else ''}{' WS' if cfg['WARP_SPECIALIZE'] else ''}"
+                     f" x{cfg['CTAS_PER_SM']}")
+
+            def fn(cfg=cfg):
+                return eg.epilogue_gemm(a, w, epilogue=epilogue, config=cfg, **tensors)
+            try:
+                out = fn()[0].float()
+                torch.cuda.synchronize()
+            except Exception as e:
+                errors[label] = f"{type(e).__name__}: {str(e)[:160]}"
+                continue
+            ref = outs.setdefault("ref", out)
+            outs[label] = ((out - ref).abs().max() / ref.abs().max()).item()
+            fns[label] = fn
+        t = interleaved_medians(fns, args.rounds, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
+        print(f"\n{M}x{K}x{N} {name}: ms (x cuBLAS), max|d|/max|out| vs the first config", flush=True)
+        for label, ms in sorted(t.items(), key=lambda kv: kv[1]):
+            print(f"  {label:34s} {ms:.4f} ({ms / t['cublas']:.2f})  {outs.get(label, 0):.1e}")
+        for label, err in errors.items():
+            print(f"  {label:34s} failed: {err}")
+        del fns, outs, a, w, tensors
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

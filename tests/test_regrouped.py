@@ -616,6 +616,39 @@ def test_qk_norm_and_rope_in_the_projection_epilogue(family, train):
             assert rel(g, gr) < max(3 * rel(ge, gr), 1e-5), (name, rel(g, gr), rel(ge, gr))
 
 
+def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
+    """Qwen3 in inference as generation runs it: a prefill with left padding (an attention mask), then one decode
+    step reading the KV cache the prefill filled. Both graphs take the QK-norm + RoPE into the q/k projection's
+    epilogue (the decode's one-token M too), and the logits of both match eager and float64."""
+    pytest.importorskip("transformers")
+    from norm_fusion_inductor import hf_models
+
+    torch.manual_seed(6)
+    model = hf_models.tiny_model("qwen3", hidden=64, layers=1).to(DEVICE).eval()
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.data.uniform_(0.5, 1.5)
+    model64 = type(model)(model.config).to(DEVICE).double().eval()
+    model64.load_state_dict(model.state_dict())
+    ids = hf_models.example_inputs(model, batch=2, seq=16)["input_ids"].to(DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # the first sequence left-padded
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=options)
+    caches = {}
+    with torch.no_grad():
+        for step, (step_ids, step_mask) in enumerate(((ids, mask), (ids[:, -1:], torch.cat([mask, mask[:, -1:]], 1)))):
+            nfi.clear_reports()
+            results = {}
+            for name, m in (("compiled", compiled), ("eager", model), ("ref", model64)):
+                r = m(input_ids=step_ids, attention_mask=step_mask, use_cache=True, past_key_values=caches.get(name))
+                results[name], caches[name] = r.logits, r.past_key_values
+            assert rel(results["compiled"], results["ref"]) < max(3 * rel(results["eager"], results["ref"]), 1e-5)
+            qk = [s for s in nfi.reports() if s.rewritten and "QK-norm + RoPE in the epilogue" in s.reason]
+            assert len(qk) == 1 and qk[0].shape[0] == step_ids.numel(), [s.line() for s in nfi.reports()]
+
+
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu_fast", "gelu_pytorch_tanh"])
 def test_transformers_tanh_gelus_run_in_the_epilogue(activation):
     """transformers' tanh-approximated GELUs (GPT-2's written-out formula, the rounded "fast" one, and F.gelu's

@@ -1,7 +1,7 @@
 """Every block config of the Triton epilogue GEMM, one by one, against cuBLAS: which config wins at which shape
 and epilogue, and the warp-specialized variants (``WARP_SPECIALIZE``, which the tuner does not offer: on Triton 3.6
-/ sm_90 they computed wrong results with any epilogue piece, benchmarks/results/gpu-2026-12-03c/call_b). Each config's output is checked
-against the first config's (max |Δ| / max |out|).
+/ sm_90 they computed wrong results with any epilogue piece, benchmarks/results/gpu-2026-12-03c/call_b). Each
+config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
     python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...]

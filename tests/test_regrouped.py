@@ -371,6 +371,7 @@ def test_stream_is_written_once_for_all_its_consumers(train):
 def test_gelu_epilogue_over_a_wide_range(dtype):
     """GELU(erf) in the epilogue (16-bit outputs take the cheaper erf, clamped where its polynomial would turn)
     against float64 over pre-activations from −12 to 12, every element within the output's rounding."""
+    torch.manual_seed(11)
     M, K, N = 64, 32, 64
     a = (torch.randn(M, K) * 3).to(dtype)
     a[0] = 8.0  # one row of far negative and positive pre-activations (|z| ≈ 45)
@@ -384,7 +385,7 @@ def test_gelu_epilogue_over_a_wide_range(dtype):
     # the output's rounding, and an absolute term for the negative tail, where 1 + erf cancels in any fp32 GELU
     atol = 2e-4 if dtype == torch.float16 else 2e-6
     assert ((out.double() - ref).abs() <= torch.finfo(dtype).eps * ref.abs() + atol).all()
-    assert (out[z < -12] == 0).all() if (z < -12).any() else True
+    assert (z < -12).any() and (out[z < -12] == 0).all(), "the far negative tail is exactly 0"
     assert rel(out, ref) < tol(dtype)
 
 

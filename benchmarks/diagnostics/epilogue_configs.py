@@ -7,7 +7,8 @@ config's output is checked against the first config's (max |Δ| / max |out|).
     python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
-the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation).
+the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
+the producer's residual read and statistics).
 Median ms (do_bench), interleaved over the rounds; GPU only.
 """
 from __future__ import annotations
@@ -58,6 +59,12 @@ PIECES = {
     "rms+gelu_tanh": eg.Epilogue(row_norm="rms", activation="gelu_tanh"),
     "ln+bias+gelu": eg.Epilogue(row_norm="ln", bias=True, activation="gelu"),
     "ln+bias+gelu_tanh": eg.Epilogue(row_norm="ln", bias=True, activation="gelu_tanh"),
+    # the stream's producer: the residual read, each statistics kind, both
+    "residual": eg.Epilogue(residual=True),
+    "rms stats": eg.Epilogue(stats="rms"),
+    "ln stats": eg.Epilogue(stats="ln"),
+    "residual+rms stats": eg.Epilogue(residual=True, stats="rms"),
+    "bias+residual+ln stats": eg.Epilogue(bias=True, residual=True, stats="ln"),
 }
 
 
@@ -69,11 +76,13 @@ def pieces(shapes, rounds: int) -> None:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
         rows, cols = torch.rand(M, device="cuda") + 0.5, torch.randn(N, device="cuda")
+        residual = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
         wt = w.t()
         fns = {"cublas": lambda: torch.mm(a, wt)}
         for name, e in PIECES.items():
             kw = dict(scale=rows if e.row_norm != "none" else None, shift=rows if e.row_norm == "ln" else None,
-                      u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None)
+                      u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None,
+                      residual=residual if e.residual else None)
             fns[name] = lambda e=e, kw=kw: eg.epilogue_gemm(a, w, epilogue=e, **kw)
             fns[name]()  # tunes
         t = interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))

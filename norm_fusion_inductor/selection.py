@@ -29,7 +29,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from .config import GEMM_BACKENDS, NormFusionConfig
-from .kernels import norm_attention, norm_gemm, norm_gemm_gluon
+from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, tuning
 from .timing import graph_ms, host_ms, interleaved_medians
 
 
@@ -745,7 +745,8 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch
     quack = qg.version()  # the installed version, without importing Quack (seconds: it registers its own ops)
     screen = _screen(config, direct_launch)
     key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
-                                      _kernel_source_hash(eg), quack, _kernel_source_hash(qg), "epilogue",
+                                      _kernel_source_hash(eg), repr(tuning.current()), quack,
+                                      _kernel_source_hash(qg), "epilogue",
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
     times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen))
     if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning

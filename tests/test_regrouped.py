@@ -389,6 +389,30 @@ def test_gelu_epilogue_over_a_wide_range(dtype):
     assert rel(out, ref) < tol(dtype)
 
 
+@pytest.mark.skipif(not CUDA, reason="tanh.approx.f32 is GPU inline assembly (the interpreter runs none)")
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "silu_mul"])
+def test_fast_sigmoid_activations_against_float64(activation, kernel_tuning):
+    """tuning.epilogue_fast_sigmoid: bf16 outputs take σ and tanh on one MUFU operation; against float64 within
+    bf16's error, every element within two bf16 ulps of the exact form's."""
+    torch.manual_seed(12)
+    M, K, N = 1000, 192, 384
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 2
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    scale = torch.rand(M, device="cuda") + 0.5
+    epilogue = eg.Epilogue(row_norm="rms", activation=activation)
+    exact = eg.epilogue_gemm(a, w, epilogue=epilogue, scale=scale)[0]
+    kernel_tuning(epilogue_fast_sigmoid=True)
+    fast = eg.epilogue_gemm(a, w, epilogue=epilogue, scale=scale)[0]
+    z = (a.double() @ w.double().t()) * scale.double()[:, None]
+    if activation == "silu_mul":
+        ref = torch.nn.functional.silu(z[:, 0::2]) * z[:, 1::2]
+    else:
+        ref = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+               "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[activation](z)
+    assert rel(fast, ref) < tol(torch.bfloat16)
+    assert ((fast.double() - exact.double()).abs() <= 2 * 2 ** -8 * exact.double().abs() + 1e-3).all()
+
+
 @pytest.mark.skipif(not CUDA, reason="the cached launcher serves GPU launches")
 def test_cached_launches_read_their_own_operands():
     """After a launch key's first call the compiled kernel is called directly (kernels.launch.cached_launch): calls

@@ -383,6 +383,13 @@ def _epilogue_gemm(eg):
         gated = act in eg.GATED
         eg.launch(cfg, a, w, _empty(M, N // 2 if gated else N), epilogue=eg.Epilogue(row_norm="rms", activation=act),
                   scale=rows)
+    # σ and tanh on one MUFU operation (tuning.epilogue_fast_sigmoid; bf16 outputs): the activations that use them
+    from norm_fusion_inductor.kernels import tuning
+
+    with tuning.override(epilogue_fast_sigmoid=True):
+        for act in ("gelu", "gelu_tanh", "silu", "silu_mul"):
+            eg.launch(cfg, a, w, _empty(M, N // 2 if act in eg.GATED else N), scale=rows,
+                      epilogue=eg.Epilogue(row_norm="rms", activation=act))
     eg.launch(eg.GPU_CONFIGS[3], a, w_kn, _empty(M, N), epilogue=eg.Epilogue(residual=True, stats="rms"), w_kn=True,
               residual=_empty(M, N), partials=_empty(1, N // 128, M, dtype=torch.float32))
     # a post-norm stream read as its normalized value (LayerNorm with γ and β; RMSNorm with γ)

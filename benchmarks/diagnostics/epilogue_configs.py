@@ -4,7 +4,7 @@ and epilogue, and the warp-specialized variants (``WARP_SPECIALIZE``, which the 
 config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
-    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...]
+    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--fast-sigmoid]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
@@ -59,6 +59,7 @@ PIECES = {
     "rms+gelu_tanh": eg.Epilogue(row_norm="rms", activation="gelu_tanh"),
     "ln+bias+gelu": eg.Epilogue(row_norm="ln", bias=True, activation="gelu"),
     "ln+bias+gelu_tanh": eg.Epilogue(row_norm="ln", bias=True, activation="gelu_tanh"),
+    "rms+swiglu": eg.Epilogue(row_norm="rms", activation="silu_mul"),
     # the stream's producer: the residual read, each statistics kind, both
     "residual": eg.Epilogue(residual=True),
     "rms stats": eg.Epilogue(stats="rms"),
@@ -68,8 +69,12 @@ PIECES = {
 }
 
 
-def pieces(shapes, rounds: int) -> None:
+def pieces(shapes, rounds: int, fast_sigmoid: bool = False) -> None:
+    """Each piece's epilogue at each shape; ``fast_sigmoid``: the activations with σ and tanh on one MUFU operation
+    (``tuning.epilogue_fast_sigmoid``) beside them, checked against the exact forms (max |Δ| / max |out|)."""
     from triton.testing import do_bench
+
+    from norm_fusion_inductor.kernels import tuning
 
     for shape in shapes:
         M, K, N = (int(v) for v in shape.split("x"))
@@ -84,7 +89,14 @@ def pieces(shapes, rounds: int) -> None:
                       u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None,
                       residual=residual if e.residual else None)
             fns[name] = lambda e=e, kw=kw: eg.epilogue_gemm(a, w, epilogue=e, **kw)
-            fns[name]()  # tunes
+            exact = fns[name]()[0].float()  # tunes
+            if fast_sigmoid and e.activation in ("silu", "gelu", "gelu_tanh", "silu_mul"):
+                def fast(e=e, kw=kw):
+                    with tuning.override(epilogue_fast_sigmoid=True):
+                        return eg.epilogue_gemm(a, w, epilogue=e, **kw)
+                fns[name + " fast"] = fast
+                diff = (fast()[0].float() - exact).abs().max() / exact.abs().max()
+                print(f"{shape} {name} fast: max|d|/max|out| {diff.item():.1e} against the exact form")
         t = interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
         print(f"\n{shape}: ms (x cuBLAS), tuned config each", flush=True)
         for name, ms in t.items():
@@ -97,9 +109,10 @@ def main() -> int:
     p.add_argument("cases", nargs="*")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--pieces", action="store_true")
+    p.add_argument("--fast-sigmoid", action="store_true", help="with --pieces: the one-MUFU activations beside")
     args = p.parse_args()
     if args.pieces:
-        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds)
+        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.fast_sigmoid)
         return 0
     args.cases = args.cases or DEFAULT_CASES
     from triton.testing import do_bench

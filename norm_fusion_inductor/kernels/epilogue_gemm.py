@@ -52,6 +52,7 @@ from .common import aligned16, ensure_allocator, fastest_config, interpret_mode,
 from .common import unused_pointer
 from .common import num_sms as _num_sms  # a module name tests can stand in for (no GPU to ask)
 from .common import tile_coords
+from . import tuning
 from .launch import cached_launch as _cached_launch  # a module name tests can stand in for
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "relu2")
@@ -123,6 +124,22 @@ def _sigmoid(z):
 
 
 @triton.jit
+def _tanh_approx(x):
+    """The GPU's tanh.approx.f32: one MUFU operation (exp and a reciprocal are two), relative error 2^-11 — below
+    bf16's rounding, not fp16's. GPU only (the interpreter runs no inline assembly)."""
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _sigmoid_of(z, FAST: tl.constexpr):
+    """σ(z); with ``FAST`` (bf16 outputs) ½ + ½·tanh(z/2) on one MUFU operation."""
+    if FAST:
+        return 0.5 + 0.5 * _tanh_approx(0.5 * z)
+    else:
+        return _sigmoid(z)
+
+
+@triton.jit
 def _erf(x):
     """erf to 1.5e-7 absolute (Abramowitz & Stegun 7.1.26): a rational term and one exp, a third of libdevice's
     erff in the epilogue, which runs after the mainloop, not under it."""
@@ -134,34 +151,40 @@ def _erf(x):
 
 
 @triton.jit
-def _erf_16bit(x):
+def _erf_16bit(x, FAST: tl.constexpr):
     """erf to 4e-5 absolute, for 16-bit outputs (GELU's error a tenth of fp16's half-ulp, a hundredth of bf16's):
     tanh(x·P(x²)) with P of degree 2 fitted to erf (minimax over [0, 3]), tanh(y) = 1 − 2 / (1 + e^{2y}); ±1 beyond
     |x| = 3 (erf is 1 − 2e-5 there; P would turn past 7.6), so GELU's absolute error stays under 1e-4 and its far
     negative tail is exactly 0. Half the instructions of ``_erf``, which matters because the epilogue is ALU-bound
-    at short K (``benchmarks/diagnostics/epilogue_configs.py --pieces``)."""
+    at short K (``benchmarks/diagnostics/epilogue_configs.py --pieces``). ``FAST``: the tanh on one MUFU operation
+    (``_tanh_approx``; bf16 outputs)."""
     xc = tl.minimum(tl.maximum(x, -3.0), 3.0)
     x2 = xc * xc
     y2 = xc * (2.2562867592876046 + x2 * (0.2081623707901776 - 0.003572948864116719 * x2))  # 2·x·P(x²)
-    return tl.where(xc == x, 1.0 - 2.0 / (1.0 + tl.exp(y2)), tl.where(x > 0, 1.0, -1.0))
+    if FAST:
+        t = _tanh_approx(0.5 * y2)
+    else:
+        t = 1.0 - 2.0 / (1.0 + tl.exp(y2))
+    return tl.where(xc == x, t, tl.where(x > 0, 1.0, -1.0))
 
 
 @triton.jit
-def _activation(z, ACTIVATION: tl.constexpr, WIDE: tl.constexpr):
+def _activation(z, ACTIVATION: tl.constexpr, WIDE: tl.constexpr, FAST: tl.constexpr):
     """0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu, 5 relu²; fp32 in and out. ``WIDE``: the output is fp32
-    (GELU's erf then to 1.5e-7, else to 4e-5: below a 16-bit output's rounding at half the cost)."""
+    (GELU's erf then to 1.5e-7, else to 4e-5: below a 16-bit output's rounding at half the cost). ``FAST``: σ and
+    tanh on one MUFU operation each (bf16 outputs; ``tuning.epilogue_fast_sigmoid``)."""
     if ACTIVATION == 1:
         z = tl.maximum(z, 0.0)
     elif ACTIVATION == 2:
         if WIDE:
             z = 0.5 * z * (1.0 + _erf(z * 0.7071067811865476))
         else:
-            z = 0.5 * z * (1.0 + _erf_16bit(z * 0.7071067811865476))
+            z = 0.5 * z * (1.0 + _erf_16bit(z * 0.7071067811865476, FAST))
     elif ACTIVATION == 3:
         inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
-        z = 0.5 * z * (1.0 + (2.0 * _sigmoid(2.0 * inner) - 1.0))
+        z = 0.5 * z * (1.0 + (2.0 * _sigmoid_of(2.0 * inner, FAST) - 1.0))
     elif ACTIVATION == 4:
-        z = z * _sigmoid(z)
+        z = z * _sigmoid_of(z, FAST)
     elif ACTIVATION == 5:
         z = tl.maximum(z, 0.0)
         z = z * z
@@ -169,10 +192,11 @@ def _activation(z, ACTIVATION: tl.constexpr, WIDE: tl.constexpr):
 
 
 @triton.jit
-def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
+def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
+           FAST: tl.constexpr):
     """Columns interleaved as (gate, up) pairs: act(gate) · up, BLOCK_N // 2 wide."""
     gate, up = tl.split(tl.reshape(z, (BLOCK_M, BLOCK_N // 2, 2)))
-    return _activation(gate, ACTIVATION, WIDE) * up
+    return _activation(gate, ACTIVATION, WIDE, FAST) * up
 
 
 @triton.jit
@@ -218,6 +242,7 @@ def epilogue_gemm_kernel(
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
+    FAST_SIGMOID: tl.constexpr,  # σ and tanh on one MUFU operation (bf16 outputs on the GPU)
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
     NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (c̄ given)
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -298,10 +323,10 @@ def epilogue_gemm_kernel(
             if STATS != 0:
                 _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N)
         if GATED:
-            gated = _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N, dtype == tl.float32)
+            gated = _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N, dtype == tl.float32, FAST_SIGMOID)
             o_desc.store([off_m, off_n // 2], gated.to(dtype))
         else:
-            o_desc.store([off_m, off_n], _activation(acc, ACTIVATION, dtype == tl.float32).to(dtype))
+            o_desc.store([off_m, off_n], _activation(acc, ACTIVATION, dtype == tl.float32, FAST_SIGMOID).to(dtype))
 
 
 # --- host side ------------------------------------------------------------------------------------------------
@@ -517,6 +542,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
+        FAST_SIGMOID=fast_sigmoid(out),
         STATS=STATS[epilogue.stats], NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
         DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
@@ -527,6 +553,12 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         _cached_launch(kernel, lambda: grid, args, meta, a.device, key_extra=grid)
     else:
         kernel[grid](*args, **meta)
+
+
+def fast_sigmoid(out: torch.Tensor) -> bool:
+    """Whether the activations take σ and tanh on one MUFU operation: bf16 outputs on the GPU, where the kernel
+    tuning asks for it (``tuning.epilogue_fast_sigmoid``)."""
+    return out.dtype == torch.bfloat16 and out.is_cuda and tuning.current().epilogue_fast_sigmoid
 
 
 _TUNED: dict = {}

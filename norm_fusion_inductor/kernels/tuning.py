@@ -35,6 +35,11 @@ class KernelTuning:
     #: issue back to back (offline SASS). Off until measured and checked against float64 on the GPU
     #: (`validate_gpu.sh statsblock`)
     gluon_stats_own_block: bool = False
+    #: the epilogue GEMM's activations with bf16 outputs take σ (SiLU, tanh-GELU) and the 16-bit erf's tanh on one
+    #: MUFU operation (tanh.approx.f32) instead of exp and a reciprocal: the epilogue is MUFU-bound at short K
+    #: (SiLU 0.57 ps per output element, two MUFU operations ~0.48). Off until measured and checked against
+    #: float64 on the GPU (`benchmarks/diagnostics/epilogue_configs.py --pieces --fast-sigmoid`)
+    epilogue_fast_sigmoid: bool = False
     #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
     interpret_on_cpu: bool = False

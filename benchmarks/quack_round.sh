@@ -14,7 +14,10 @@
 #       direct = the GPU tests of the kernels Inductor launches itself (regrouped on Triton, the older prologues)
 #                and of the post-norm epilogue (whole rows only since the exchanges went);
 #       BACKENDS, BLOCK_ARGS, BLOCKS and LIMIT (seconds) change the block runs;
-#       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50).
+#       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50);
+#       pieces = each epilogue piece's cost, the one-MUFU activations beside (tuning.epilogue_fast_sigmoid), and
+#                their GPU tests; convergence = benchmarks/convergence.py (MODELS=llama or bert: one per call).
+#       The block parts run the controls (default_again, norm_fusion_never) beside default and the plugin.
 set -o pipefail
 if [ "$1" = unpack ]; then bash .cute/a/unpack.sh; exit $?; fi
 source .cute/b/install.sh || exit 3
@@ -61,14 +64,22 @@ fuzz)
   ;;
 bert)
   (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks ${BLOCKS:-bert_base_layer gpt2_medium_layer} --rounds 3 ${BLOCK_ARGS:-} \
-     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_bert.json 2>&1 | tee $OUT/blocks_bert.log)
+     --backends ${BACKENDS:-default norm_fusion default_again norm_fusion_never} --json $OUT/blocks_bert.json 2>&1 | tee $OUT/blocks_bert.log)
   ;;
 towers)
   (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks recsys_rms_tower recsys_ln_tower --rounds 3 ${BLOCK_ARGS:-} \
-     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
+     --backends ${BACKENDS:-default norm_fusion default_again norm_fusion_never} --json $OUT/blocks_towers.json 2>&1 | tee $OUT/blocks_towers.log)
   ;;
 llama)
   (cd benchmarks && timeout ${LIMIT:-560} python blocks.py --blocks ${BLOCKS:-llama3_8b_layer qwen3_1p7b_layer} --rounds 3 ${BLOCK_ARGS:-} \
-     --backends ${BACKENDS:-default norm_fusion norm_fusion_triton} --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
+     --backends ${BACKENDS:-default norm_fusion default_again norm_fusion_never} --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
+  ;;
+pieces)
+  timeout 120 python -m pytest tests/test_regrouped.py -q -p no:warnings -k "fast_sigmoid or gelu or cached_launches" 2>&1 | tail -4 | tee $OUT/tests_pieces.log
+  timeout 300 python benchmarks/diagnostics/epilogue_configs.py --pieces --fast-sigmoid ${SHAPES:-131072x512x1024 262144x256x1024 131072x1024x512 262144x1024x256} \
+     2>&1 | tee $OUT/pieces.log | grep -v "^  ("
+  ;;
+convergence)
+  timeout ${LIMIT:-560} python benchmarks/convergence.py --models ${MODELS:-llama} --json $OUT/convergence.json 2>&1 | tee $OUT/convergence.log | grep -v Warning
   ;;
 esac

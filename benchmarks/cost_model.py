@@ -72,6 +72,7 @@ class Record:
     fold_mb: float = 0.0
     fold_ms: float = 0.0  # charged per call on top of each backend's kernel (training: W·γ folded per call)
     needs: Optional[float] = None  # "(needs 1.05x)": declined at that min_speedup
+    activation: Optional[str] = None  # the consumer's activation ("silu", "silu_mul", ...), None for the rest
     elem_bytes: int = 2
     dtype: str = "bfloat16"
     gpu: str = "NVIDIA H200"
@@ -142,6 +143,16 @@ def _norm_of(block: str, site: str, text: str) -> Optional[str]:
     return None
 
 
+# the activation after each block's norm consumer, for reasons that do not name it (unfused sites, older rounds)
+BLOCK_ACTIVATIONS = {"recsys_ln_tower": "gelu", "recsys_rms_tower": "silu", "bert_base_layer": "gelu",
+                     "gpt2_medium_layer": "gelu_tanh", "llama3_8b_layer": "silu", "qwen3_1p7b_layer": "silu"}
+
+
+def _block_activation(block: str, kind: str) -> Optional[str]:
+    act = BLOCK_ACTIVATIONS.get(block)
+    return act + "_mul" if act and kind == "gated" else act
+
+
 def parse_reason(text: str, *, gpu: str = "NVIDIA H200", block: str = "", mode: str = "", dtype: str = "bfloat16",
                  source: str = "", site: str = "", site_shape=None) -> list[Record]:
     """Every complete epilogue-GEMM record in one selection reason (a site's reason may hold several: the
@@ -190,6 +201,8 @@ def parse_reason(text: str, *, gpu: str = "NVIDIA H200", block: str = "", mode: 
         if rec.triton_ms is None:  # the rounds with Quack always time Triton; a record without it is malformed
             continue
         rec.kind = _kind(rec, before, text, norm, act.group(1) if act else None, site, site_shape)
+        if rec.kind in ("activation", "gated"):
+            rec.activation = act.group(1) if act else _block_activation(block, rec.kind)
         out.append(rec)
     return out
 
@@ -341,10 +354,31 @@ def aux_of(r: Record) -> bool:
     return r.kind in ("activation", "gated") and _extra_passes(r) == 1
 
 
+# the first run whose Triton epilogue took the 16-bit erf for GELU (bf16/fp16 outputs), as (round, source);
+# earlier runs ran the fp32 one (cost_model's alu_ps "gelu_fp32") on every output
+ERF16_FROM = ("2026-12-03c", "gpu-2026-12-03c/call_d")
+
+
+def _fp32_erf(r: Record) -> bool:
+    """Whether ``r``'s GELU(erf) ran the fp32 erf (every run before ERF16_FROM)."""
+    run = (r.round, r.source.replace(os.sep, "/").split("benchmarks/results/")[-1])
+    return (r.activation or "").replace("_mul", "") == "gelu" and run < ERF16_FROM
+
+
+def cal_for(cal: dict, r: Record) -> dict:
+    """``cal`` as the kernel of ``r``'s round ran: GELU at the fp32 erf's cost before ERF16_ROUND."""
+    if not _fp32_erf(r):
+        return cal
+    alu = dict(cal["triton"].get("alu_ps", {}))
+    alu["gelu"] = alu.get("gelu_fp32", 0.0)
+    return dict(cal, triton=dict(cal["triton"], alu_ps=alu))
+
+
 def predict_record(cal: dict, r: Record) -> dict:
     """The model's times for ``r`` and its predicted speedup over the backends the record timed (the weight fold
     per call charged at the predicted copy rate, as the selection does with the measured one)."""
-    p = cm.predict_with(cal, r.M, r.N, r.K, r.elem_bytes, r.kind, r.saved_bytes, aux=aux_of(r))
+    p = cm.predict_with(cal_for(cal, r), r.M, r.N, r.K, r.elem_bytes, r.kind, r.saved_bytes, aux=aux_of(r),
+                        activation=r.activation)
     fold = r.fold_mb * 1e6 * p["saved_ms"] / r.saved_bytes if r.fold_mb and r.saved_bytes else \
         r.fold_mb * 1e6 / cal["copy"]["bw"]
     timed = [p[f"{b}_ms"] for b in ("triton", "quack") if getattr(r, f"{b}_ms") is not None
@@ -368,7 +402,7 @@ REFERENCE_KIND = "consumer_rms"  # its mu stays 1: eff is that kind's
 
 
 def _site(r: Record, comp: str):
-    return (r.M, r.K, r.N) if comp == "mm" else (r.M, r.K, r.N, r.kind, aux_of(r))
+    return (r.M, r.K, r.N) if comp == "mm" else (r.M, r.K, r.N, r.kind, aux_of(r), r.activation, _fp32_erf(r))
 
 
 def fit(records: list[Record], base: Optional[dict] = None) -> dict:
@@ -420,7 +454,8 @@ def fit(records: list[Record], base: Optional[dict] = None) -> dict:
             preds = {}  # one prediction per site: the records of a site differ only in their measurement
             for key, r in sites.items():
                 preds[key] = (cm.gemm_ms(cal, "mm", r.M, r.N, r.K, r.elem_bytes) if comp == "mm" else
-                              cm.gemm_ms(cal, comp, r.M, r.N, r.K, r.elem_bytes, r.kind, aux_of(r)))
+                              cm.gemm_ms(cal_for(cal, r), comp, r.M, r.N, r.K, r.elem_bytes, r.kind, aux_of(r),
+                                         r.activation))
             return [weight[id(r)] * math.log(preds[_site(r, comp)] / (r.mm_ms if comp == "mm" else
                                                                       getattr(r, f"{comp}_ms"))) for r in rows]
 

@@ -31,14 +31,19 @@ GEMM of backend ``b`` (``mm`` = cuBLAS, ``triton``, ``quack``) with the epilogue
     B_epi     = w[kind] · M·N·e                               # what the epilogue writes and reads
     T_epi     = B_epi · tau(B_op + B_epi)
     T_bytes   = B_op · tau(B_op + B_epi) + T_epi
-    t_b       = c_b + max(T_flops, T_bytes) + rho · min(T_flops, T_bytes) + lam_b · T_epi
+    T_alu     = M·N_out · alu_b[activation]                   # the activation's arithmetic after the main loop
+    t_b       = c_b + max(T_flops, T_bytes) + rho · min(T_flops, T_bytes) + lam_b · T_epi + T_alu
 
 ``eff_b``: the fraction of the peak the main loop reaches; ``K0_b``: the per-tile fixed cost (prologue, the
 epilogue's pass over the accumulator) in units of K, so a short K reaches less of the peak; ``rho``: how much
 of the smaller of compute and traffic is not hidden under the larger (one constant for all backends, fitted on
 cuBLAS); ``lam_b``: the share of the epilogue's traffic not overlapped with the main loop (a persistent kernel
 without warp specialization, Triton's, stores after its K loop: ~1; cuBLAS and Quack overlap most of it);
-``c_b``: the fixed cost of one launch under a CUDA graph; ``mu_b[kind]``: a per-kind factor on the main loop
+``c_b``: the fixed cost of one launch under a CUDA graph; ``alu_b[activation]``: the activation's cost per output
+element (``N_out`` = N, or N/2 for a gated pair), measured piece by piece rather than fitted
+(``benchmarks/diagnostics/epilogue_configs.py --pieces``: additive and the same at every shape measured, since
+Triton's epilogue runs after its main loop, MUFU-bound for σ, tanh and erf; 0 for Quack, whose epilogue overlaps
+the next tile's main loop); ``mu_b[kind]``: a per-kind factor on the main loop
 (registers, the epilogue's math; 1 for ``consumer_rms`` and for a kind without measurements). The epilogue's
 traffic ``w[kind]`` in units of ``M·N·e``::
 
@@ -80,7 +85,7 @@ TILES = ((128, 256), (128, 128), (64, 128))
 
 # Per GPU model (torch.cuda.get_device_name): hardware data and the calibrated constants. Times in ms, bytes in
 # bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` on the
-# the records of benchmarks/results (2026-12-01 .. 2026-12-03, bf16) when these constants were fitted.
+# records of benchmarks/results (2026-12-01 .. 2026-12-03c, bf16, 146 records) with the activations' alu_ps fixed.
 CALIBRATION: dict = {
     "NVIDIA H200": {
         "sms": 132,
@@ -89,13 +94,17 @@ CALIBRATION: dict = {
         "hbm_bytes_per_ms": 4.8e9,  # nominal
         "l2_bytes": 50e6,
         # fitted (benchmarks/cost_model.py --fit), rounded
-        "copy": {"bw": 4.122e9, "bw_l2": 7.856e9, "c": 0.001481, "l2_lo": 30.65e6, "l2_hi": 53.22e6},
-        "mm": {"eff": 0.7362, "k0": 68.45, "rho": 0.1393, "lam": 0.173, "c": 0.00164, "mu": {}},
-        "triton": {"eff": 0.8112, "k0": 180.0, "rho": 0.1393, "lam": 0.9655, "c": 0.006221,
-                   "mu": {"activation": 1.175, "consumer_ln": 0.766, "gated": 1.125, "per_head": 1.002,
-                          "producer_ln": 1.194, "producer_rms": 1.229}},
-        "quack": {"eff": 0.8019, "k0": 253.9, "rho": 0.1393, "lam": 0.0547, "c": 0.00538,
-                  "mu": {"activation": 1.162, "gated": 1.032, "producer_rms": 1.065}},
+        "copy": {"bw": 4.116e9, "bw_l2": 7.958e9, "c": 0.001503, "l2_lo": 30.47e6, "l2_hi": 53.36e6},
+        "mm": {"eff": 0.7342, "k0": 72.8, "rho": 0.1052, "lam": 0.03287, "c": 0.001808, "mu": {}},
+        "triton": {"eff": 0.7508, "k0": 23.2, "rho": 0.1052, "lam": 0.5415, "c": 0.00628,
+                   # measured, not fitted (--pieces at two shapes, ps per output element; gelu: the 16-bit erf,
+                   # 0.62-0.91; gelu_fp32: the fp32 outputs' erf, 1.03-1.55 as measured on bf16 outputs before
+                   # they took the 16-bit one; an activation not listed: 0)
+                   "alu_ps": {"relu": 0.02, "silu": 0.57, "gelu_tanh": 0.63, "gelu": 0.76, "gelu_fp32": 1.3},
+                   "mu": {"activation": 1.028, "consumer_ln": 0.914, "gated": 1.077, "per_head": 1.037,
+                          "producer_ln": 1.456, "producer_rms": 1.251}},
+        "quack": {"eff": 0.7947, "k0": 225.3, "rho": 0.1052, "lam": 0.1237, "c": 0.005614,
+                  "mu": {"activation": 1.176, "gated": 1.03, "producer_rms": 1.052}},
     },
 }
 
@@ -145,10 +154,22 @@ def wave_efficiency(M: int, N: int, sms: int) -> float:
     return best
 
 
+def alu_ms(cal: dict, backend: str, M: int, N: int, elem_bytes: int, activation: Optional[str]) -> float:
+    """The activation's arithmetic in ``backend``'s epilogue (``alu_ps`` per output element; a gated pair
+    ("silu_mul") is its gate's activation over N/2 outputs)."""
+    if not activation or activation == "none":
+        return 0.0
+    gated = activation.endswith("_mul")
+    name = activation[:-len("_mul")] if gated else activation
+    if name == "gelu" and elem_bytes == 4:
+        name = "gelu_fp32"
+    return M * (N // 2 if gated else N) * cal[backend].get("alu_ps", {}).get(name, 0.0) * 1e-9
+
+
 def gemm_ms(cal: dict, backend: str, M: int, N: int, K: int, elem_bytes: int = 2, kind: str = "plain",
-            aux: bool = False) -> float:
+            aux: bool = False, activation: Optional[str] = None) -> float:
     """One GEMM on ``backend`` ("mm": cuBLAS, "triton", "quack") with the epilogue ``kind`` ("plain" for
-    cuBLAS's output write alone)."""
+    cuBLAS's output write alone) and ``activation`` (its name as the epilogue's, e.g. "silu" or "silu_mul")."""
     b = cal[backend]
     peak = cal["peak_flops"].get(elem_bytes) or cal["peak_flops"][2] * 2 / elem_bytes
     q = wave_efficiency(M, N, cal["sms"])
@@ -158,18 +179,20 @@ def gemm_ms(cal: dict, backend: str, M: int, N: int, K: int, elem_bytes: int = 2
     per_byte = ms_per_byte(cal, operands + epilogue)
     t_epi = epilogue * per_byte
     t_bytes = operands * per_byte + t_epi
-    return b["c"] + max(t_flops, t_bytes) + b["rho"] * min(t_flops, t_bytes) + b["lam"] * t_epi
+    return (b["c"] + max(t_flops, t_bytes) + b["rho"] * min(t_flops, t_bytes) + b["lam"] * t_epi
+            + alu_ms(cal, backend, M, N, elem_bytes, activation))
 
 
 def predict_with(cal: dict, M: int, N: int, K: int, elem_bytes: int, kind: str, saved_bytes: float, *,
-                 aux: bool = False) -> dict:
+                 aux: bool = False, activation: Optional[str] = None) -> dict:
     """``predict`` with explicit constants (``calibration(gpu)``, possibly changed)."""
     if kind not in KINDS:
         raise ValueError(f"unknown epilogue kind {kind!r} (one of {KINDS})")
     out = {"mm_ms": gemm_ms(cal, "mm", M, N, K, elem_bytes),
            "saved_ms": copy_ms(cal, saved_bytes),
-           "triton_ms": gemm_ms(cal, "triton", M, N, K, elem_bytes, kind, aux),
-           "quack_ms": gemm_ms(cal, "quack", M, N, K, elem_bytes, kind, aux) if kind in QUACK_KINDS else None}
+           "triton_ms": gemm_ms(cal, "triton", M, N, K, elem_bytes, kind, aux, activation),
+           "quack_ms": gemm_ms(cal, "quack", M, N, K, elem_bytes, kind, aux, activation)
+           if kind in QUACK_KINDS else None}
     bound = out["mm_ms"] + out["saved_ms"]
     out["bound_ms"] = bound
     out["triton_speedup"] = bound / out["triton_ms"]
@@ -178,15 +201,16 @@ def predict_with(cal: dict, M: int, N: int, K: int, elem_bytes: int, kind: str, 
 
 
 def predict(M: int, N: int, K: int, elem_bytes: int, kind: str, saved_bytes: float, gpu: str = "NVIDIA H200", *,
-            aux: bool = False) -> Optional[dict]:
+            aux: bool = False, activation: Optional[str] = None) -> Optional[dict]:
     """Predicted GPU times (ms, under a CUDA graph) of one regrouped GEMM site ``[M, K] @ [K, N]``:
 
     ``{"mm_ms", "saved_ms", "triton_ms", "quack_ms", "bound_ms", "triton_speedup", "quack_speedup"}`` —
     cuBLAS for the product, a copy of ``saved_bytes`` (``EpilogueSite.saved_bytes``), the epilogue GEMM on each
     backend (``quack_ms`` None where Quack does not take ``kind``), the unfused lower bound ``mm + saved`` and
     each backend's bound / fused. ``kind``: one of ``KINDS``; ``aux``: the epilogue also writes the
-    activation's input (training). None for a GPU model without a calibration."""
+    activation's input (training); ``activation``: the epilogue's activation ("silu", "silu_mul", ...). None for a
+    GPU model without a calibration."""
     cal = CALIBRATION.get(gpu)
     if cal is None:
         return None
-    return predict_with(cal, M, N, K, elem_bytes, kind, saved_bytes, aux=aux)
+    return predict_with(cal, M, N, K, elem_bytes, kind, saved_bytes, aux=aux, activation=activation)

@@ -762,7 +762,8 @@ def _predicted(site: EpilogueSite) -> dict:
     kind = cost_model.kind_of(site.row_norm, site.activation, site.stats, site.head_dim)
     elem = torch.empty((), dtype=site.dtype).element_size()
     p = cost_model.predict(site.M, site.N, site.K, elem, kind, site.saved_bytes,
-                           torch.cuda.get_device_name(site.device), aux=site.write_aux) if kind else None
+                           torch.cuda.get_device_name(site.device), aux=site.write_aux,
+                           activation=site.activation) if kind else None
     return {} if p is None else {b: p[f"{b}_ms"] for b in ("triton", "quack") if p[f"{b}_ms"] is not None}
 
 

@@ -191,3 +191,40 @@ def test_kind_of_names_each_regrouped_epilogue():
     assert cm.kind_of("none", "none", "none") is None
     assert set(filter(None, (cm.kind_of(r, a, s) for r in ("rms", "ln", "none") for a in ("none", "gelu", "silu_mul")
                              for s in ("none", "rms", "ln")))) <= set(cm.KINDS)
+
+
+def test_activation_costs_add_per_output_element_on_triton_only():
+    """The activation's arithmetic (alu_ps, measured per output element) adds M·N_out·alu to Triton's time —
+    independent of K, over N/2 outputs for a gated pair, the fp32 erf for fp32 GELU — and nothing to Quack's,
+    whose epilogue overlaps its main loop."""
+    cal = cm.calibration(H200)
+    alu = cal["triton"]["alu_ps"]
+    for K in (256, 4096):
+        base = cm.predict(65536, 2048, K, 2, "activation", 0)
+        for act, per_elem, n_out in (("silu", alu["silu"], 2048), ("gelu", alu["gelu"], 2048),
+                                     ("silu_mul", alu["silu"], 1024)):
+            p = cm.predict(65536, 2048, K, 2, "activation", 0, activation=act)
+            assert p["triton_ms"] - base["triton_ms"] == pytest.approx(65536 * n_out * per_elem * 1e-9)
+            assert p["quack_ms"] == pytest.approx(base["quack_ms"])
+    wide = cm.predict(65536, 2048, 1024, 4, "activation", 0, activation="gelu")
+    wide_base = cm.predict(65536, 2048, 1024, 4, "activation", 0)
+    assert wide["triton_ms"] - wide_base["triton_ms"] == pytest.approx(65536 * 2048 * alu["gelu_fp32"] * 1e-9)
+    assert alu["gelu_fp32"] > alu["gelu"] > alu["silu"] > alu["relu"]
+
+
+def test_records_carry_their_activation():
+    """benchmarks/cost_model.py reads the consumer's activation from the reason, or from its block where the reason
+    does not name it, and prices GELU at the fp32 erf's cost for the runs before the 16-bit one."""
+    bench = _bench()
+    text = ("site REWRITTEN regrouped_norm (262144, 256, 1024): 1 matmul(s) read the stream with the norm in their "
+            "epilogue (activation silu in the epilogue too); epilogue GEMM on triton 0.4160 ms vs unfused lower "
+            "bound 0.5310 ms (cuBLAS 0.2392 + 1208.0 MB saved 0.2918) at 262144x256x1024")
+    (rec,) = bench.parse_reason(text, block="recsys_rms_tower")
+    assert rec.kind == "activation" and rec.activation == "silu"
+    (rec,) = bench.parse_reason(text.replace(" (activation silu in the epilogue too)", ""), block="recsys_ln_tower")
+    assert rec.activation == "gelu"
+    rec.round, rec.source = "2026-12-02", "benchmarks/results/gpu-2026-12-02/blocks_towers.json"
+    cal = cm.calibration(H200)
+    assert bench.cal_for(cal, rec)["triton"]["alu_ps"]["gelu"] == cal["triton"]["alu_ps"]["gelu_fp32"]
+    rec.round, rec.source = "2026-12-03c", "benchmarks/results/gpu-2026-12-03c/call_d/towers.json"
+    assert bench.cal_for(cal, rec) is cal

@@ -286,15 +286,22 @@ def main() -> int:
     p.add_argument("--random-embeds", action="store_true",
                    help="transformers blocks read random N(0, 0.02²) input embeddings instead of token ids of the "
                         "128-token vocabulary (whose 128 distinct rows repeat through the first GEMMs)")
+    p.add_argument("--tuning", nargs="*", default=[], metavar="FIELD=0|1",
+                   help="kernel tuning fields changed for the whole run (norm_fusion_inductor.kernels.tuning)")
     args = p.parse_args()
     blocks = SMOKE if args.smoke else BLOCKS
+    if args.tuning:
+        from norm_fusion_inductor.kernels import tuning
+
+        tuning.adopt(**{k: bool(int(v)) for k, v in (item.split("=") for item in args.tuning)})
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     import triton
 
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
           f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}"
           + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else "")
-          + ("  inputs: random embeddings" if args.random_embeds else ""))
+          + ("  inputs: random embeddings" if args.random_embeds else "")
+          + (f"  tuning: {' '.join(args.tuning)}" if args.tuning else ""))
     print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "
           "sites rewritten | err vs eager |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")

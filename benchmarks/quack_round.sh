@@ -15,7 +15,7 @@
 #                and of the post-norm epilogue (whole rows only since the exchanges went);
 #       BACKENDS, BLOCK_ARGS, BLOCKS and LIMIT (seconds) change the block runs;
 #       fuzz = 1000 random cases on the Triton kernel, 60 on Quack (progress every 50);
-#       pieces = each epilogue piece's cost, the one-MUFU activations beside (tuning.epilogue_fast_sigmoid), and
+#       pieces = each epilogue piece's cost, beside it the one-MUFU activations and the residual read after the k-loop;
 #                their GPU tests; convergence = benchmarks/convergence.py (MODELS=llama or bert: one per call).
 #       The block parts run the controls (default_again, norm_fusion_never) beside default and the plugin.
 set -o pipefail
@@ -75,8 +75,8 @@ llama)
      --backends ${BACKENDS:-default norm_fusion default_again norm_fusion_never} --json $OUT/blocks_llama.json 2>&1 | tee $OUT/blocks_llama.log)
   ;;
 pieces)
-  timeout 120 python -m pytest tests/test_regrouped.py -q -p no:warnings -k "fast_sigmoid or gelu or cached_launches" 2>&1 | tail -4 | tee $OUT/tests_pieces.log
-  timeout 300 python benchmarks/diagnostics/epilogue_configs.py --pieces --fast-sigmoid ${SHAPES:-131072x512x1024 262144x256x1024 131072x1024x512 262144x1024x256} \
+  timeout 120 python -m pytest tests/test_regrouped.py -q -p no:warnings -k "fast_sigmoid or gelu or cached_launches or load_after_mainloop" 2>&1 | tail -4 | tee $OUT/tests_pieces.log
+  timeout 300 python benchmarks/diagnostics/epilogue_configs.py --pieces --variant epilogue_fast_sigmoid epilogue_load_after_mainloop ${SHAPES:-131072x512x1024 262144x256x1024 131072x1024x512 262144x1024x256} \
      2>&1 | tee $OUT/pieces.log | grep -v "^  ("
   ;;
 convergence)

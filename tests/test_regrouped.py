@@ -48,9 +48,13 @@ EPILOGUES = [
 @pytest.mark.parametrize("epilogue", EPILOGUES, ids=lambda e: f"{e.row_norm}-{e.activation}-{e.stats}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("w_kn", [False, True])
-def test_epilogue_gemm_matches_float64(epilogue, dtype, w_kn):
+@pytest.mark.parametrize("load_after_mainloop", [False, True], ids=["", "load_after_mainloop"])
+def test_epilogue_gemm_matches_float64(epilogue, dtype, w_kn, load_after_mainloop, kernel_tuning):
     if w_kn and epilogue.gated:
         pytest.skip("gate/up pairs are interleaved along N: covered with W [N, K]")
+    if load_after_mainloop and not epilogue.residual:
+        pytest.skip("tuning.epilogue_load_after_mainloop moves the residual's load only")
+    kernel_tuning(epilogue_load_after_mainloop=load_after_mainloop)
     for M, K, N in SHAPES:
         torch.manual_seed(M + N)
         a = torch.randn(M, K, device=DEVICE, dtype=dtype)
@@ -907,11 +911,16 @@ def _rms_backward64(dz, w, x, gamma, dresidual, w_kn, eps=1e-6):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("w_kn", [True, False])
 @pytest.mark.parametrize("with_dresidual", [True, False])
-def test_rms_backward_gemm_matches_float64(poisoned_empty, dtype, w_kn, with_dresidual):
+@pytest.mark.parametrize("load_after_mainloop", [False, True], ids=["", "load_after_mainloop"])
+def test_rms_backward_gemm_matches_float64(poisoned_empty, dtype, w_kn, with_dresidual, load_after_mainloop,
+                                           kernel_tuning):
     """The norm's backward on the consumer's dgrad (regrouped.rms_backward_gemm), with c̄ = Σ_j dz_j·(z_j − b_j)/N
     from the consumer's pre-activation z as the forward stored it (rounded to the dtype), at widths of one and
     of several tiles: dx and dγ against float64 autograd of the pre-norm block, outputs and dγ partials poisoned
     (NaN) before the run."""
+    if load_after_mainloop and not (with_dresidual and w_kn):
+        pytest.skip("one layout covers the x and dR tiles read after the k-loop")
+    kernel_tuning(epilogue_load_after_mainloop=load_after_mainloop)
     shapes = [(1000, 776, 1032), (4097, 512, 96)] if CUDA else [(37, 48, 80), (20, 40, 24)]
     for M, F_, N in shapes:
         torch.manual_seed(M + N)

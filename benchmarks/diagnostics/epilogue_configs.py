@@ -4,11 +4,12 @@ and epilogue, and the warp-specialized variants (``WARP_SPECIALIZE``, which the 
 config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
-    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--fast-sigmoid]
+    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
-the producer's residual read and statistics).
+the producer's residual read and statistics). ``--variant FIELD``: each piece the kernel tuning field FIELD changes
+(``VARIANTS``) timed also with it on, in the same rounds, and checked against the piece without it.
 Median ms (do_bench), interleaved over the rounds; GPU only.
 """
 from __future__ import annotations
@@ -69,9 +70,16 @@ PIECES = {
 }
 
 
-def pieces(shapes, rounds: int, fast_sigmoid: bool = False) -> None:
-    """Each piece's epilogue at each shape; ``fast_sigmoid``: the activations with σ and tanh on one MUFU operation
-    (``tuning.epilogue_fast_sigmoid``) beside them, checked against the exact forms (max |Δ| / max |out|)."""
+# kernel tuning fields (norm_fusion_inductor.kernels.tuning) that --variant can turn on, and the pieces they change
+VARIANTS = {
+    "epilogue_fast_sigmoid": lambda e: e.activation in ("silu", "gelu", "gelu_tanh", "silu_mul"),
+    "epilogue_load_after_mainloop": lambda e: e.residual or e.norm_backward != "none",
+}
+
+
+def pieces(shapes, rounds: int, variants=()) -> None:
+    """Each piece's epilogue at each shape; each of ``variants`` (fields of ``VARIANTS``) on beside the pieces it
+    changes, checked against the piece without it (max |Δ| / max |out|)."""
     from triton.testing import do_bench
 
     from norm_fusion_inductor.kernels import tuning
@@ -89,18 +97,24 @@ def pieces(shapes, rounds: int, fast_sigmoid: bool = False) -> None:
                       u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None,
                       residual=residual if e.residual else None)
             fns[name] = lambda e=e, kw=kw: eg.epilogue_gemm(a, w, epilogue=e, **kw)
-            exact = fns[name]()[0].float()  # tunes
-            if fast_sigmoid and e.activation in ("silu", "gelu", "gelu_tanh", "silu_mul"):
-                def fast(e=e, kw=kw):
-                    with tuning.override(epilogue_fast_sigmoid=True):
+            base = fns[name]()  # tunes
+            for field in variants:
+                if not VARIANTS[field](e):
+                    continue
+
+                def variant(e=e, kw=kw, field=field):
+                    with tuning.override(**{field: True}):
                         return eg.epilogue_gemm(a, w, epilogue=e, **kw)
-                fns[name + " fast"] = fast
-                diff = (fast()[0].float() - exact).abs().max() / exact.abs().max()
-                print(f"{shape} {name} fast: max|d|/max|out| {diff.item():.1e} against the exact form")
+                fns[f"{name} +{field[len('epilogue_'):]}"] = variant
+                out = variant()
+                diffs = [(o.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)
+                         for o, b in zip(out, base) if b.numel()]
+                print(f"{shape} {name} +{field}: max|d|/max|out| "
+                      + ", ".join(f"{d.item():.1e}" for d in diffs) + " against the piece without it")
         t = interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
         print(f"\n{shape}: ms (x cuBLAS), tuned config each", flush=True)
         for name, ms in t.items():
-            print(f"  {name:20s} {ms:.4f} ({ms / t['cublas']:.2f})")
+            print(f"  {name:36s} {ms:.4f} ({ms / t['cublas']:.2f})")
         print("configs:", eg.tuned_configs(), sep="\n")
 
 
@@ -109,10 +123,11 @@ def main() -> int:
     p.add_argument("cases", nargs="*")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--pieces", action="store_true")
-    p.add_argument("--fast-sigmoid", action="store_true", help="with --pieces: the one-MUFU activations beside")
+    p.add_argument("--variant", nargs="+", default=[], choices=sorted(VARIANTS),
+                   help="with --pieces: these kernel tuning fields on beside the pieces they change")
     args = p.parse_args()
     if args.pieces:
-        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.fast_sigmoid)
+        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.variant)
         return 0
     args.cases = args.cases or DEFAULT_CASES
     from triton.testing import do_bench

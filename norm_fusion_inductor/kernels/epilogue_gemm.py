@@ -243,6 +243,7 @@ def epilogue_gemm_kernel(
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     FAST_SIGMOID: tl.constexpr,  # σ and tanh on one MUFU operation (bf16 outputs on the GPU)
+    LOAD_AFTER_MAINLOOP: tl.constexpr,  # the residual (and x) tile read after the k-loop, not held through it
     STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
     NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (c̄ given)
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -282,10 +283,11 @@ def epilogue_gemm_kernel(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        if HAS_RESIDUAL:  # issued before the k-loop: its latency hides under the mainloop
-            residual = r_desc.load([off_m, off_n])
-        if NORM_BACKWARD != 0:
-            x_tile = xin_desc.load([off_m, off_n])
+        if not LOAD_AFTER_MAINLOOP:  # issued before the k-loop: the latency hides, the registers stay taken
+            if HAS_RESIDUAL:
+                residual = r_desc.load([off_m, off_n])
+            if NORM_BACKWARD != 0:
+                x_tile = xin_desc.load([off_m, off_n])
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
@@ -295,6 +297,11 @@ def epilogue_gemm_kernel(
             else:
                 b = w_desc.load([off_n, off_k]).T
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        if LOAD_AFTER_MAINLOOP:
+            if HAS_RESIDUAL:
+                residual = r_desc.load([off_m, off_n])
+            if NORM_BACKWARD != 0:
+                x_tile = xin_desc.load([off_m, off_n])
 
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -543,6 +550,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
         FAST_SIGMOID=fast_sigmoid(out),
+        LOAD_AFTER_MAINLOOP=tuning.current().epilogue_load_after_mainloop,
         STATS=STATS[epilogue.stats], NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
         DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,

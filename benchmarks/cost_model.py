@@ -14,15 +14,14 @@ up to 2026-12-02c, tested on the later ones; the gated and per-head kinds first 
     python benchmarks/cost_model.py --json     # records, predictions and summaries as JSON
     python benchmarks/cost_model.py --fit      # only the constants refitted on all records (for CALIBRATION)
 
-CPU only (numpy and scipy); runs in seconds.
+The fit is the package's (``norm_fusion_inductor/calibrate.py``, shared with ``python -m norm_fusion_inductor
+calibrate``). CPU only (numpy and scipy); runs in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import math
 import os
 import re
 import sys
@@ -34,6 +33,7 @@ if ROOT not in sys.path:  # run from a checkout without an install
     sys.path.insert(0, ROOT)
 
 
+from norm_fusion_inductor import calibrate  # noqa: E402
 from norm_fusion_inductor import cost_model as cm  # noqa: E402
 
 DEFAULT_SOURCES = (os.path.join(ROOT, "benchmarks", "results"),)
@@ -389,80 +389,20 @@ def predict_record(cal: dict, r: Record) -> dict:
     return p
 
 
-_FIT = {  # per component: the fitted constants with their bounds (the rest of the calibration stays)
-    "copy": {"bw": (2e9, 6e9), "bw_l2": (3e9, 2e10), "c": (0.0, 0.01), "l2_lo": (5e6, 60e6), "l2_hi": (20e6, 120e6)},
-    "mm": {"eff": (0.3, 1.0), "k0": (0.0, 1000.0), "rho": (0.0, 1.0), "lam": (0.0, 3.0), "c": (0.0, 0.02)},
-    "triton": {"eff": (0.3, 1.0), "k0": (0.0, 1000.0), "rho": (0.0, 1.0), "lam": (0.0, 3.0), "c": (0.0, 0.02)},
-    "quack": {"eff": (0.3, 1.0), "k0": (0.0, 1000.0), "rho": (0.0, 1.0), "lam": (0.0, 3.0), "c": (0.0, 0.02)},
-}
-MU_BOUNDS = (0.7, 2.0)
-TIED = ("rho",)  # constants of the epilogue GEMMs taken from cuBLAS's fit
-SITE_WEIGHTS = True  # each site (shape, kind) weighs the same in a fit, however often the rounds logged it
-REFERENCE_KIND = "consumer_rms"  # its mu stays 1: eff is that kind's
-
-
-def _site(r: Record, comp: str):
-    return (r.M, r.K, r.N) if comp == "mm" else (r.M, r.K, r.N, r.kind, aux_of(r), r.activation, _fp32_erf(r))
+def measurement(r: Record) -> calibrate.Measurement:
+    """``r`` as the fit's record: a GELU that ran the fp32 erf (``_fp32_erf``) named "gelu_fp32", whose ``alu_ps``
+    prices it (what ``cal_for`` does for a prediction)."""
+    act = r.activation
+    if _fp32_erf(r):
+        act = act.replace("gelu", "gelu_fp32")
+    return calibrate.Measurement(r.M, r.K, r.N, r.kind, r.mm_ms, r.saved_bytes, r.saved_ms, r.triton_ms, r.quack_ms,
+                                 act, aux_of(r), r.elem_bytes)
 
 
 def fit(records: list[Record], base: Optional[dict] = None) -> dict:
-    """Constants fitted to ``records`` (least squares on log(predicted / measured) of each component: the copy,
-    then cuBLAS, Triton and Quack, each with the copy's bandwidth), starting from ``base`` (the stored H200
-    calibration). A per-kind factor ``mu`` is fitted for each kind (other than consumer_rms) with records of
-    that backend; a kind without records keeps 1."""
-    import numpy as np
-    from scipy.optimize import least_squares
-
-    cal = copy.deepcopy(base or cm.CALIBRATION["NVIDIA H200"])
-    for comp in ("copy", "mm", "triton", "quack"):
-        if comp in ("triton", "quack"):
-            for n in TIED:
-                cal[comp][n] = cal["mm"][n]
-        names = [n for n in _FIT[comp] if comp not in ("triton", "quack") or n not in TIED]
-        weight: dict = {}
-        sites: dict = {}
-        if comp == "copy":
-            rows = sorted({(r.saved_bytes, r.saved_ms) for r in records if r.saved_bytes > 0})
-            kinds = []
-        else:
-            rows = [r for r in records if (r.mm_ms if comp == "mm" else getattr(r, f"{comp}_ms")) is not None]
-            kinds = sorted({r.kind for r in rows} - {REFERENCE_KIND}) if comp != "mm" else []
-            cal[comp]["mu"] = {}
-            # each site (shape, kind) weighs the same however often the rounds logged it
-            count: dict = {}
-            for r in rows:
-                count[_site(r, comp)] = count.get(_site(r, comp), 0) + 1
-            weight = {id(r): (1.0 / math.sqrt(count[_site(r, comp)]) if SITE_WEIGHTS else 1.0) for r in rows}
-            sites = {_site(r, comp): r for r in rows}
-        if not rows:
-            continue
-        lo = [_FIT[comp][n][0] for n in names] + [MU_BOUNDS[0]] * len(kinds)
-        hi = [_FIT[comp][n][1] for n in names] + [MU_BOUNDS[1]] * len(kinds)
-        scale = np.array([max(abs(h), 1e-12) for h in hi])
-        x0 = [min(max(cal[comp][n], lo[i]), hi[i]) for i, n in enumerate(names)] + [1.0] * len(kinds)
-
-        def put(x, comp=comp, names=names, kinds=kinds):
-            for n, v in zip(names, x[:len(names)]):
-                cal[comp][n] = float(v)
-            if kinds:
-                cal[comp]["mu"] = {k: float(v) for k, v in zip(kinds, x[len(names):])}
-
-        def resid(x, comp=comp, rows=rows, put=put, sites=sites, weight=weight):
-            put(x * scale)
-            if comp == "copy":
-                return [math.log(cm.copy_ms(cal, b) / ms) for b, ms in rows]
-            preds = {}  # one prediction per site: the records of a site differ only in their measurement
-            for key, r in sites.items():
-                preds[key] = (cm.gemm_ms(cal, "mm", r.M, r.N, r.K, r.elem_bytes) if comp == "mm" else
-                              cm.gemm_ms(cal_for(cal, r), comp, r.M, r.N, r.K, r.elem_bytes, r.kind, aux_of(r),
-                                         r.activation))
-            return [weight[id(r)] * math.log(preds[_site(r, comp)] / (r.mm_ms if comp == "mm" else
-                                                                      getattr(r, f"{comp}_ms"))) for r in rows]
-
-        sol = least_squares(resid, np.array(x0) / scale, bounds=(np.array(lo) / scale, np.array(hi) / scale),
-                            x_scale="jac", max_nfev=2000)
-        put(sol.x * scale)
-    return cal
+    """Constants fitted to ``records`` by ``calibrate.fit`` (the package's fit, shared with ``python -m
+    norm_fusion_inductor calibrate``), starting from ``base`` (the stored H200 calibration)."""
+    return calibrate.fit([measurement(r) for r in records], base or cm.CALIBRATION["NVIDIA H200"])
 
 
 def score(pairs: list[tuple[Record, dict]], min_speedup: float = 1.05, clear: float = 1.15) -> dict:

@@ -1,5 +1,6 @@
-"""Command line: ``python -m norm_fusion_inductor explain MODEL``.
+"""Command line: ``python -m norm_fusion_inductor explain MODEL`` and ``python -m norm_fusion_inductor calibrate``.
 
+explain:
 Compiles a model with the plugin and prints every normalization site next to a matmul: its kind, fused or not,
 the implementation and the reason. MODEL is a tiny HuggingFace family built from a small config (random
 weights, nothing downloaded: see ``hf_models.FAMILIES``), or ``--config`` names any transformers config
@@ -9,6 +10,16 @@ weights, nothing downloaded: see ``hf_models.FAMILIES``), or ``--config`` names 
     python -m norm_fusion_inductor explain gpt2 --train --json sites.json
     python -m norm_fusion_inductor explain --config ./my-model-dir --device cuda --dtype bfloat16
     python -m norm_fusion_inductor explain bert --compare-compile     # also times torch.compile default
+
+calibrate: measures the cost model's constants (``cost_model.py``) for this CUDA GPU model (sm_90+; minutes). It
+times cuBLAS, a copy and each GEMM backend's epilogue GEMM on a fixed grid of regrouped sites, fits the
+constants, prints measured against fitted times and writes them where the cost model reads them for this GPU
+model (``<cache folder>/calibration/<GPU name>.json``; a measured file overrides the committed H200 table).
+Needs scipy.
+
+    python -m norm_fusion_inductor calibrate                          # the grid on Triton (and Quack if installed)
+    python -m norm_fusion_inductor calibrate --quick --out /tmp/cal.json   # a smoke test, written elsewhere
+    python -m norm_fusion_inductor calibrate --backends triton
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ import torch
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .config import POLICIES
+    from .calibrate import QUICK_SITES, SITES
+    from .config import GEMM_BACKENDS, POLICIES
     from .hf_models import FAMILIES
 
     parser = argparse.ArgumentParser(prog="python -m norm_fusion_inductor", description=__doc__,
@@ -43,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", help="also write the sites as JSON to this file")
     ex.add_argument("--compare-compile", action="store_true",
                     help="also compile with torch.compile's default backend and print both compile times")
+    cal = commands.add_parser("calibrate", help="measure the cost model's constants for this GPU model (minutes)",
+                              description="Times a fixed grid of regrouped GEMM sites on this CUDA GPU, fits the "
+                                          "cost model's constants and writes them where the cost model reads them "
+                                          "for this GPU model.")
+    cal.add_argument("--quick", action="store_true",
+                     help=f"{len(QUICK_SITES)} sites instead of {len(SITES)}: a smoke test, its constants loosely "
+                          "determined (best with --out)")
+    cal.add_argument("--backends", nargs="+", choices=GEMM_BACKENDS,
+                     help="the epilogue GEMM backends to time (default: triton, and quack where quack-kernels is "
+                          "installed); a backend not timed keeps the committed constants, else has none")
+    cal.add_argument("--out", help="write the calibration file here instead of <cache folder>/calibration/"
+                                   "<GPU name>.json, where the cost model reads it")
     return parser
 
 
@@ -93,6 +117,10 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "explain":
         return explain_command(args)
+    if args.command == "calibrate":
+        from . import calibrate
+
+        return calibrate.command(quick=args.quick, backends=args.backends, out=args.out)
     return 2
 
 

@@ -69,7 +69,8 @@ class NormFusionConfig:
     #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and
     #: Blackwell, used only where quack-kernels is installed: ``pip install norm_fusion_inductor[cute]``)
     gemm_backends: tuple = GEMM_BACKENDS
-    #: with policy "auto", on a GPU model the cost model has constants for (``cost_model.CALIBRATION``), a regrouped
+    #: with policy "auto", on a GPU model the cost model has constants for (``cost_model.calibration``: committed
+    #: for the H200, measured by ``python -m norm_fusion_inductor calibrate`` for another), a regrouped
     #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
     #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
     #: compiled or timed: a clear loss costs no JIT. At 1.2, none of the 211 backend timings logged on the H200

@@ -62,12 +62,23 @@ Its accuracy against the logged measurements: ``python benchmarks/cost_model.py`
 selection uses it as a screen only (``selection.Screen``): a backend predicted to miss the measured bound by
 ``model_margin`` beyond ``min_speedup`` is not compiled; near the margin the model is not accurate enough, and
 every other backend is timed.
+
+Other GPU models: ``python -m norm_fusion_inductor calibrate`` (``calibrate.py``) measures the selection's times on
+a grid of sites on this GPU, fits the constants the same way and writes them to ``calibration_file(gpu)``
+(``<cache folder>/calibration/<GPU name>.json``). ``calibration(gpu)`` and ``predict`` take that file where there
+is one (a measured file overrides the committed table of its GPU model), else ``CALIBRATION``; each is read once
+per process (``clear_calibration_cache`` forgets them).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import logging
 import math
+import os
+import re
 from typing import Optional
 
 KINDS = ("consumer_rms", "consumer_ln", "activation", "gated", "per_head", "producer_rms", "producer_ln")
@@ -122,11 +133,64 @@ def kind_of(row_norm: str, activation: str, stats: str, head_dim: int = 0) -> Op
     return f"producer_{stats}" if stats in ("rms", "ln") else None
 
 
-def calibration(gpu: str = "NVIDIA H200") -> Optional[dict]:
-    """The constants of ``gpu`` (a deep copy: change it freely and pass it to ``predict_with``), or None for a
-    GPU model without a calibration."""
-    cal = CALIBRATION.get(gpu)
+def calibration_file(gpu: str, cache_root: Optional[str] = None) -> str:
+    """Where ``python -m norm_fusion_inductor calibrate`` writes the measured constants of ``gpu`` and where
+    ``calibration`` looks for them: ``<cache folder>/calibration/<gpu>.json``, the cache folder being
+    ``cache_root`` or the plugin's default (``NormFusionConfig().cache_root``: ~/.cache/norm_fusion_inductor)."""
+    from .config import NormFusionConfig
+
+    root = cache_root if cache_root is not None else NormFusionConfig().cache_root
+    return os.path.join(root, "calibration", re.sub(r"[^A-Za-z0-9._-]+", "_", gpu).strip("_") + ".json")
+
+
+def read_calibration_file(path: str) -> dict:
+    """The constants in a file ``calibrate`` wrote (its "calibration"), checked by one prediction; raises
+    OSError, ValueError, KeyError or TypeError for a file that is not one."""
+    with open(path) as f:
+        cal = json.load(f)["calibration"]
+    cal["peak_flops"] = {int(e): float(p) for e, p in cal["peak_flops"].items()}  # JSON's keys are strings
+    predict_with(cal, 4096, 4096, 4096, 2, "consumer_rms", 1e6)
+    return cal
+
+
+_IN_USE: dict = {}  # (cache_root, gpu) -> the constants in use, read once per process
+
+
+def clear_calibration_cache() -> None:
+    """Forget the constants read so far: the next ``calibration`` or ``predict`` reads the files again."""
+    _IN_USE.clear()
+
+
+def _in_use(gpu: str, cache_root: Optional[str] = None) -> Optional[dict]:
+    """``gpu``'s measured file, else its committed table, else None (not copied: read only)."""
+    key = (cache_root, gpu)
+    if key not in _IN_USE:
+        path, cal = calibration_file(gpu, cache_root), None
+        if os.path.exists(path):
+            try:
+                cal = read_calibration_file(path)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                logging.getLogger("norm_fusion_inductor").warning(
+                    "cost model: ignoring the calibration file %s (%s: %s)", path, type(e).__name__, e)
+        _IN_USE[key] = cal if cal is not None else CALIBRATION.get(gpu)
+    return _IN_USE[key]
+
+
+def calibration(gpu: str = "NVIDIA H200", cache_root: Optional[str] = None) -> Optional[dict]:
+    """The constants of ``gpu`` (a deep copy: change it freely and pass it to ``predict_with``): those measured by
+    ``python -m norm_fusion_inductor calibrate`` where ``calibration_file(gpu, cache_root)`` exists (a measured
+    file overrides the committed table of its GPU model), else the committed ``CALIBRATION[gpu]``, else None."""
+    cal = _in_use(gpu, cache_root)
     return copy.deepcopy(cal) if cal is not None else None
+
+
+def calibration_hash(gpu: str, cache_root: Optional[str] = None) -> str:
+    """A short hash of the constants ``calibration(gpu, cache_root)`` gives ("none" without any): part of the
+    selection's cache key, since the cost-model screen's outcome depends on them."""
+    cal = _in_use(gpu, cache_root)
+    if cal is None:
+        return "none"
+    return hashlib.sha256(json.dumps(cal, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def ms_per_byte(cal: dict, working_set: float) -> float:
@@ -190,27 +254,30 @@ def predict_with(cal: dict, M: int, N: int, K: int, elem_bytes: int, kind: str, 
         raise ValueError(f"unknown epilogue kind {kind!r} (one of {KINDS})")
     out = {"mm_ms": gemm_ms(cal, "mm", M, N, K, elem_bytes),
            "saved_ms": copy_ms(cal, saved_bytes),
-           "triton_ms": gemm_ms(cal, "triton", M, N, K, elem_bytes, kind, aux, activation),
+           "triton_ms": gemm_ms(cal, "triton", M, N, K, elem_bytes, kind, aux, activation)
+           if "triton" in cal else None,
            "quack_ms": gemm_ms(cal, "quack", M, N, K, elem_bytes, kind, aux, activation)
-           if kind in QUACK_KINDS else None}
+           if kind in QUACK_KINDS and "quack" in cal else None}
     bound = out["mm_ms"] + out["saved_ms"]
     out["bound_ms"] = bound
-    out["triton_speedup"] = bound / out["triton_ms"]
-    out["quack_speedup"] = bound / out["quack_ms"] if out["quack_ms"] is not None else None
+    for b in ("triton", "quack"):
+        out[f"{b}_speedup"] = bound / out[f"{b}_ms"] if out[f"{b}_ms"] is not None else None
     return out
 
 
 def predict(M: int, N: int, K: int, elem_bytes: int, kind: str, saved_bytes: float, gpu: str = "NVIDIA H200", *,
-            aux: bool = False, activation: Optional[str] = None) -> Optional[dict]:
+            aux: bool = False, activation: Optional[str] = None, cache_root: Optional[str] = None) -> Optional[dict]:
     """Predicted GPU times (ms, under a CUDA graph) of one regrouped GEMM site ``[M, K] @ [K, N]``:
 
     ``{"mm_ms", "saved_ms", "triton_ms", "quack_ms", "bound_ms", "triton_speedup", "quack_speedup"}`` —
     cuBLAS for the product, a copy of ``saved_bytes`` (``EpilogueSite.saved_bytes``), the epilogue GEMM on each
     backend (``quack_ms`` None where Quack does not take ``kind``), the unfused lower bound ``mm + saved`` and
     each backend's bound / fused. ``kind``: one of ``KINDS``; ``aux``: the epilogue also writes the
-    activation's input (training); ``activation``: the epilogue's activation ("silu", "silu_mul", ...). None for a
-    GPU model without a calibration."""
-    cal = CALIBRATION.get(gpu)
+    activation's input (training); ``activation``: the epilogue's activation ("silu", "silu_mul", ...). The
+    constants are ``calibration(gpu, cache_root)``'s: a measured file where there is one, else the committed
+    table; None for a GPU model without either. A backend without constants (a calibration measured without it)
+    has None for its times."""
+    cal = _in_use(gpu, cache_root)
     if cal is None:
         return None
     return predict_with(cal, M, N, K, elem_bytes, kind, saved_bytes, aux=aux, activation=activation)

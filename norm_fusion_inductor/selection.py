@@ -739,14 +739,17 @@ def _screen(config: NormFusionConfig, direct_launch: bool) -> Screen:
 def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch: bool = False) -> dict:
     import triton
 
+    from . import cost_model
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
     quack = qg.version()  # the installed version, without importing Quack (seconds: it registers its own ops)
     screen = _screen(config, direct_launch)
-    key = "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__, triton.__version__,
+    gpu = torch.cuda.get_device_name(site.device)
+    # the cost model's constants decide what the screen leaves out: a new calibration file measures again
+    key = "|".join(str(v) for v in (gpu, torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), repr(tuning.current()), quack,
-                                      _kernel_source_hash(qg), "epilogue",
+                                      _kernel_source_hash(qg), "epilogue", cost_model.calibration_hash(gpu),
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
     times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen))
     if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning
@@ -756,7 +759,7 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch
 
 def _predicted(site: EpilogueSite) -> dict:
     """The cost model's GPU ms of each backend's epilogue GEMM at this site ({} where the GPU model has no
-    calibration or the epilogue no kind)."""
+    calibration, measured or committed (``cost_model.calibration``), or the epilogue no kind)."""
     from . import cost_model
 
     kind = cost_model.kind_of(site.row_norm, site.activation, site.stats, site.head_dim)

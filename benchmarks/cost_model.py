@@ -357,28 +357,32 @@ def aux_of(r: Record) -> bool:
 # the first run whose Triton epilogue took the 16-bit erf for GELU (bf16/fp16 outputs), as (round, source);
 # earlier runs ran the fp32 one (cost_model's alu_ps "gelu_fp32") on every output
 ERF16_FROM = ("2026-12-03c", "gpu-2026-12-03c/call_d")
+# the first run whose bf16 outputs took σ and tanh on one MUFU operation (alu_ps "silu_fast", ...)
+FAST_SIGMOID_FROM = ("2026-12-03d", "gpu-2026-12-03d/call_a")
+
+
+def _run(r: Record) -> tuple:
+    return (r.round, r.source.replace(os.sep, "/").split("benchmarks/results/")[-1])
 
 
 def _fp32_erf(r: Record) -> bool:
     """Whether ``r``'s GELU(erf) ran the fp32 erf (every run before ERF16_FROM)."""
-    run = (r.round, r.source.replace(os.sep, "/").split("benchmarks/results/")[-1])
-    return (r.activation or "").replace("_mul", "") == "gelu" and run < ERF16_FROM
+    return (r.activation or "").replace("_mul", "") == "gelu" and _run(r) < ERF16_FROM
 
 
-def cal_for(cal: dict, r: Record) -> dict:
-    """``cal`` as the kernel of ``r``'s round ran: GELU at the fp32 erf's cost before ERF16_ROUND."""
-    if not _fp32_erf(r):
-        return cal
-    alu = dict(cal["triton"].get("alu_ps", {}))
-    alu["gelu"] = alu.get("gelu_fp32", 0.0)
-    return dict(cal, triton=dict(cal["triton"], alu_ps=alu))
+def priced_activation(r: Record) -> Optional[str]:
+    """``r``'s activation named as its round's kernel ran it (the name ``alu_ps`` prices): "gelu_fp32" before
+    ERF16_FROM, the one-MUFU forms (``cost_model.priced_activation``) for bf16 from FAST_SIGMOID_FROM."""
+    if _fp32_erf(r):
+        return r.activation.replace("gelu", "gelu_fp32")
+    return cm.priced_activation(r.activation, r.dtype == "bfloat16" and _run(r) >= FAST_SIGMOID_FROM)
 
 
 def predict_record(cal: dict, r: Record) -> dict:
     """The model's times for ``r`` and its predicted speedup over the backends the record timed (the weight fold
     per call charged at the predicted copy rate, as the selection does with the measured one)."""
-    p = cm.predict_with(cal_for(cal, r), r.M, r.N, r.K, r.elem_bytes, r.kind, r.saved_bytes, aux=aux_of(r),
-                        activation=r.activation)
+    p = cm.predict_with(cal, r.M, r.N, r.K, r.elem_bytes, r.kind, r.saved_bytes, aux=aux_of(r),
+                        activation=priced_activation(r))
     fold = r.fold_mb * 1e6 * p["saved_ms"] / r.saved_bytes if r.fold_mb and r.saved_bytes else \
         r.fold_mb * 1e6 / cal["copy"]["bw"]
     timed = [p[f"{b}_ms"] for b in ("triton", "quack") if getattr(r, f"{b}_ms") is not None
@@ -390,13 +394,9 @@ def predict_record(cal: dict, r: Record) -> dict:
 
 
 def measurement(r: Record) -> calibrate.Measurement:
-    """``r`` as the fit's record: a GELU that ran the fp32 erf (``_fp32_erf``) named "gelu_fp32", whose ``alu_ps``
-    prices it (what ``cal_for`` does for a prediction)."""
-    act = r.activation
-    if _fp32_erf(r):
-        act = act.replace("gelu", "gelu_fp32")
+    """``r`` as the fit's record, its activation named as its round's kernel ran it (``priced_activation``)."""
     return calibrate.Measurement(r.M, r.K, r.N, r.kind, r.mm_ms, r.saved_bytes, r.saved_ms, r.triton_ms, r.quack_ms,
-                                 act, aux_of(r), r.elem_bytes)
+                                 priced_activation(r), aux_of(r), r.elem_bytes)
 
 
 def fit(records: list[Record], base: Optional[dict] = None) -> dict:

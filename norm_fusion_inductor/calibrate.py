@@ -265,12 +265,16 @@ def epilogue_site(g: GridSite, device, dtype=None):
 
 
 def measurement(site, times: dict) -> Measurement:
-    """A ``selection._measure_epilogue`` result as the fit's record."""
+    """A ``selection._measure_epilogue`` result as the fit's record (the activation named as the kernel ran it:
+    ``cost_model.priced_activation``)."""
     import torch
 
+    from .kernels import epilogue_gemm as eg
+
+    activation = cm.priced_activation(site.activation, eg.fast_sigmoid(site.dtype, site.device))
     return Measurement(site.M, site.K, site.N, cm.kind_of(site.row_norm, site.activation, site.stats, site.head_dim),
                        times["mm_ms"], float(site.saved_bytes), times["saved_ms"], times.get("triton_ms"),
-                       times.get("quack_ms"), None if site.activation == "none" else site.activation,
+                       times.get("quack_ms"), None if site.activation == "none" else activation,
                        site.write_aux, torch.empty((), dtype=site.dtype).element_size())
 
 

@@ -111,7 +111,10 @@ CALIBRATION: dict = {
                    # measured, not fitted (--pieces at two shapes, ps per output element; gelu: the 16-bit erf,
                    # 0.62-0.91; gelu_fp32: the fp32 outputs' erf, 1.03-1.55 as measured on bf16 outputs before
                    # they took the 16-bit one; an activation not listed: 0)
-                   "alu_ps": {"relu": 0.02, "silu": 0.57, "gelu_tanh": 0.63, "gelu": 0.76, "gelu_fp32": 1.3},
+                   # (_fast: σ and tanh on one MUFU operation, bf16 outputs; --pieces at two shapes:
+                   # silu 0.14-0.16, gelu_tanh 0.31-0.50, gelu 0.32-0.77)
+                   "alu_ps": {"relu": 0.02, "silu": 0.57, "gelu_tanh": 0.63, "gelu": 0.76, "gelu_fp32": 1.3,
+                              "silu_fast": 0.15, "gelu_tanh_fast": 0.35, "gelu_fast": 0.45},
                    "mu": {"activation": 1.028, "consumer_ln": 0.914, "gated": 1.077, "per_head": 1.037,
                           "producer_ln": 1.456, "producer_rms": 1.251}},
         "quack": {"eff": 0.7947, "k0": 225.3, "rho": 0.1052, "lam": 0.1237, "c": 0.005614,
@@ -218,9 +221,26 @@ def wave_efficiency(M: int, N: int, sms: int) -> float:
     return best
 
 
+# the activations whose σ or tanh the kernel can take on one MUFU operation (epilogue_gemm.fast_sigmoid)
+FAST_SIGMOID_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+
+
+def priced_activation(activation: Optional[str], fast_sigmoid: bool) -> Optional[str]:
+    """The name ``alu_ps`` prices ``activation`` by, as the kernel runs it: with σ and tanh on one MUFU operation
+    (``fast_sigmoid``: bf16 outputs, ``tuning.epilogue_fast_sigmoid``) "silu" is "silu_fast" and a gated
+    "silu_mul" is "silu_fast_mul"."""
+    if not fast_sigmoid or not activation:
+        return activation
+    gated = activation.endswith("_mul")
+    name = activation[:-len("_mul")] if gated else activation
+    if name not in FAST_SIGMOID_ACTIVATIONS:
+        return activation
+    return name + "_fast" + ("_mul" if gated else "")
+
+
 def alu_ms(cal: dict, backend: str, M: int, N: int, elem_bytes: int, activation: Optional[str]) -> float:
     """The activation's arithmetic in ``backend``'s epilogue (``alu_ps`` per output element; a gated pair
-    ("silu_mul") is its gate's activation over N/2 outputs)."""
+    ("silu_mul") is its gate's activation over N/2 outputs; ``priced_activation`` names the one-MUFU forms)."""
     if not activation or activation == "none":
         return 0.0
     gated = activation.endswith("_mul")

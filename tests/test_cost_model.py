@@ -214,7 +214,8 @@ def test_activation_costs_add_per_output_element_on_triton_only():
 
 def test_records_carry_their_activation():
     """benchmarks/cost_model.py reads the consumer's activation from the reason, or from its block where the reason
-    does not name it, and prices GELU at the fp32 erf's cost for the runs before the 16-bit one."""
+    does not name it, and prices it as each run's kernel ran it: GELU at the fp32 erf's cost before the 16-bit
+    one, the one-MUFU forms for bf16 after they became the default."""
     bench = _bench()
     text = ("site REWRITTEN regrouped_norm (262144, 256, 1024): 1 matmul(s) read the stream with the norm in their "
             "epilogue (activation silu in the epilogue too); epilogue GEMM on triton 0.4160 ms vs unfused lower "
@@ -224,7 +225,26 @@ def test_records_carry_their_activation():
     (rec,) = bench.parse_reason(text.replace(" (activation silu in the epilogue too)", ""), block="recsys_ln_tower")
     assert rec.activation == "gelu"
     rec.round, rec.source = "2026-12-02", "benchmarks/results/gpu-2026-12-02/blocks_towers.json"
-    cal = cm.calibration(H200)
-    assert bench.cal_for(cal, rec)["triton"]["alu_ps"]["gelu"] == cal["triton"]["alu_ps"]["gelu_fp32"]
+    assert bench.priced_activation(rec) == "gelu_fp32"
     rec.round, rec.source = "2026-12-03c", "benchmarks/results/gpu-2026-12-03c/call_d/towers.json"
-    assert bench.cal_for(cal, rec) is cal
+    assert bench.priced_activation(rec) == "gelu"
+    rec.round, rec.source = "2026-12-03d", "benchmarks/results/gpu-2026-12-03d/call_a/towers_fast.json"
+    assert bench.priced_activation(rec) == "gelu_fast"  # bf16 outputs from then on: σ and tanh on one MUFU op
+    rec.dtype = "float16"
+    assert bench.priced_activation(rec) == "gelu"
+
+
+def test_priced_activation_names_the_one_mufu_forms():
+    """bf16 outputs with tuning.epilogue_fast_sigmoid take σ and tanh on one MUFU operation: their activations are
+    priced by the _fast entries (cheaper), a gated pair by its gate's; other activations and dtypes unchanged."""
+    assert cm.priced_activation("silu", True) == "silu_fast"
+    assert cm.priced_activation("silu_mul", True) == "silu_fast_mul"
+    assert cm.priced_activation("relu", True) == "relu"
+    assert cm.priced_activation("gelu", False) == "gelu" and cm.priced_activation(None, True) is None
+    alu = cm.calibration(H200)["triton"]["alu_ps"]
+    for name in cm.FAST_SIGMOID_ACTIVATIONS:
+        assert alu[name + "_fast"] < alu[name]
+    exact = cm.predict(65536, 2048, 1024, 2, "gated", 0, activation="silu_mul")
+    fast = cm.predict(65536, 2048, 1024, 2, "gated", 0, activation="silu_fast_mul")
+    assert exact["triton_ms"] - fast["triton_ms"] == pytest.approx(
+        65536 * 1024 * (alu["silu"] - alu["silu_fast"]) * 1e-9)  # N counts gate and up

@@ -377,11 +377,11 @@ def test_gelu_epilogue_over_a_wide_range(dtype):
     against float64 over pre-activations from −12 to 12, every element within the output's rounding."""
     torch.manual_seed(11)
     M, K, N = 64, 32, 64
-    a = (torch.randn(M, K) * 3).to(dtype)
+    a = (torch.randn(M, K) * 3).to(DEVICE, dtype)
     a[0] = 8.0  # one row of far negative and positive pre-activations (|z| ≈ 45)
-    w = (torch.randn(N, K) / K ** 0.5).to(dtype)
+    w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
     epilogue = eg.Epilogue(activation="gelu")
-    out = torch.full((M, N), float("nan"), dtype=dtype)
+    out = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype)
     out.copy_(eg.epilogue_gemm(a, w, epilogue=epilogue)[0])
     z = a.double() @ w.double().t()
     assert z.abs().max() > 8, "the inputs should reach where erf saturates"

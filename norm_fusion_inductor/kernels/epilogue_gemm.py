@@ -549,7 +549,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
-        FAST_SIGMOID=fast_sigmoid(out),
+        FAST_SIGMOID=fast_sigmoid(out.dtype, out.device),
         LOAD_AFTER_MAINLOOP=tuning.current().epilogue_load_after_mainloop,
         STATS=STATS[epilogue.stats], NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
         DOT_PRECISION=dot_precision,
@@ -563,10 +563,10 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         kernel[grid](*args, **meta)
 
 
-def fast_sigmoid(out: torch.Tensor) -> bool:
+def fast_sigmoid(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the activations take σ and tanh on one MUFU operation: bf16 outputs on the GPU, where the kernel
     tuning asks for it (``tuning.epilogue_fast_sigmoid``)."""
-    return out.dtype == torch.bfloat16 and out.is_cuda and tuning.current().epilogue_fast_sigmoid
+    return dtype == torch.bfloat16 and device.type == "cuda" and tuning.current().epilogue_fast_sigmoid
 
 
 _TUNED: dict = {}

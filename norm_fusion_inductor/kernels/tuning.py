@@ -39,12 +39,12 @@ class KernelTuning:
     #: MUFU operation (tanh.approx.f32) instead of exp and a reciprocal: the epilogue is MUFU-bound at short K
     #: (SiLU 0.57 ps per output element, two MUFU operations ~0.48). Off until measured and checked against
     #: float64 on the GPU (`benchmarks/diagnostics/epilogue_configs.py --pieces --fast-sigmoid`)
-    epilogue_fast_sigmoid: bool = False
+    epilogue_fast_sigmoid: bool = True
     #: the epilogue GEMM reads its residual tile (the stream's producer; x in the norm's backward) after the k-loop
     #: instead of before it: the tile no longer holds registers through the mainloop (the producer ran 1.6x
     #: cuBLAS), its load latency is no longer hidden. Off until measured (`epilogue_configs.py --pieces
     #: --variant epilogue_load_after_mainloop`)
-    epilogue_load_after_mainloop: bool = False
+    epilogue_load_after_mainloop: bool = True
     #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
     interpret_on_cpu: bool = False

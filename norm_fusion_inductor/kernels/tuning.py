@@ -36,14 +36,15 @@ class KernelTuning:
     #: (`validate_gpu.sh statsblock`)
     gluon_stats_own_block: bool = False
     #: the epilogue GEMM's activations with bf16 outputs take σ (SiLU, tanh-GELU) and the 16-bit erf's tanh on one
-    #: MUFU operation (tanh.approx.f32) instead of exp and a reciprocal: the epilogue is MUFU-bound at short K
-    #: (SiLU 0.57 ps per output element, two MUFU operations ~0.48). Off until measured and checked against
-    #: float64 on the GPU (`benchmarks/diagnostics/epilogue_configs.py --pieces --fast-sigmoid`)
+    #: MUFU operation (tanh.approx.f32, relative error 2^-11, under bf16's rounding) instead of exp and a
+    #: reciprocal: the epilogue is MUFU-bound at short K. 131072×512×1024 (× cuBLAS): rms + SiLU 1.39 → 1.11,
+    #: LN + bias + GELU 1.63 → 1.30, SwiGLU 1.08 → 0.94; the recsys towers 1.156 → 1.262x and 1.081 → 1.188x
+    #: torch.compile default (`epilogue_configs.py --pieces --variant epilogue_fast_sigmoid`)
     epilogue_fast_sigmoid: bool = True
     #: the epilogue GEMM reads its residual tile (the stream's producer; x in the norm's backward) after the k-loop
-    #: instead of before it: the tile no longer holds registers through the mainloop (the producer ran 1.6x
-    #: cuBLAS), its load latency is no longer hidden. Off until measured (`epilogue_configs.py --pieces
-    #: --variant epilogue_load_after_mainloop`)
+    #: instead of before it, so that the tile holds no registers through the mainloop: residual 1.49 → 1.38,
+    #: residual + RMS statistics 1.63 → 1.57 × cuBLAS at 131072×512×1024, LN statistics unchanged
+    #: (`--variant epilogue_load_after_mainloop`)
     epilogue_load_after_mainloop: bool = True
     #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower

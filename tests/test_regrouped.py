@@ -93,6 +93,40 @@ def test_epilogue_gemm_matches_float64(epilogue, dtype, w_kn, load_after_mainloo
                 assert rel(mean, zs.mean(-1)) < 1e-5
 
 
+@pytest.mark.parametrize("stats", ["rms", "ln"])
+def test_statistics_of_tiles_two_segments_wide(stats):
+    """A statistics epilogue on tiles twice the segment width (each tile writes two segments of partials; the last
+    tile's second one is skipped where it lies wholly beyond N): the same partials as one-segment tiles, and the
+    statistics of z as stored against float64."""
+    width = eg.stats_width(torch.device(DEVICE))
+    narrow = eg.INTERPRETER_CONFIG if not CUDA else eg.GPU_CONFIGS[2]
+    wide = dict(narrow, BLOCK_N=2 * width) if not CUDA else eg.GPU_CONFIGS[0]
+    assert narrow["BLOCK_N"] == width and wide["BLOCK_N"] == 2 * width
+    dtype = DTYPES[-1]
+    epilogue = eg.Epilogue(bias=True, residual=True, stats=stats)
+    for M, K, N in ([(37, 48, 80), (20, 32, 96), (9, 16, 128)] if not CUDA else [(1000, 512, 640), (4097, 256, 384)]):
+        torch.manual_seed(M + N)
+        a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+        w = (torch.randn(N, K, device=DEVICE) / K ** 0.5).to(dtype)
+        tensors = dict(bias=torch.randn(N, device=DEVICE), residual=torch.randn(M, N, device=DEVICE, dtype=dtype) + 3)
+        results = []
+        for cfg in (narrow, wide):
+            out = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype)
+            partials = torch.full((eg.STATS[stats], eg.num_segments(N, a.device), M), float("nan"), device=DEVICE)
+            eg.launch(cfg, a, w, out, epilogue=epilogue, partials=partials, **tensors)
+            assert not partials.isnan().any(), "a segment's partials were not written"
+            results.append((out, partials))
+        (out, partials), (out_wide, partials_wide) = results
+        assert torch.equal(out, out_wide)
+        assert rel(partials_wide, partials) < 1e-6
+        rstd, mean = regrouped.finish_stats(partials_wide, N, 1e-5, stats)
+        zs = out_wide.double()
+        var = zs.var(-1, unbiased=False) if stats == "ln" else zs.square().mean(-1)
+        assert rel(rstd, torch.rsqrt(var + 1e-5)) < 1e-5
+        if mean is not None:
+            assert rel(mean, zs.mean(-1)) < 1e-5
+
+
 def _rotary_tables(positions, head_dim, device):
     """cos, sin [len(positions), head_dim] as transformers' rotary embedding makes them (the halves repeated)."""
     inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))

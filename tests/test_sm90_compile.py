@@ -369,12 +369,12 @@ def _epilogue_gemm(eg):
     a, w, w_kn = _empty(M, K), _empty(N, K), _empty(K, N)
     rows, cols = (_empty(n, dtype=torch.float32) for n in (M, N))
     full = dict(bias=cols, scale=rows, shift=rows, u=cols)
-    # every config the tuner offers, on the consumer epilogue with the most pieces; the producer (statistics run
-    # on one-segment tiles, BLOCK_N 128) on a one- and a two-program-per-SM config
+    # every config the tuner offers, on the consumer epilogue with the most pieces; the producer (statistics
+    # segments of 128 columns, one or two per tile) on one- and two-program-per-SM configs
     for cfg in eg.GPU_CONFIGS:
         eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="ln", bias=True, activation="gelu",
                                                                 write_aux=True), aux=_empty(M, N), **full)
-    for cfg in (eg.GPU_CONFIGS[3], eg.GPU_CONFIGS[6]):
+    for cfg in (eg.GPU_CONFIGS[3], eg.GPU_CONFIGS[6], eg.GPU_CONFIGS[0], eg.GPU_CONFIGS[7]):
         eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(bias=True, residual=True, stats="ln"),
                   residual=_empty(M, N), bias=cols, partials=_empty(2, N // 128, M, dtype=torch.float32))
     # each other piece once, on the first config: activations, gated pairs, RMSNorm statistics, W [K, N]
@@ -383,10 +383,14 @@ def _epilogue_gemm(eg):
         gated = act in eg.GATED
         eg.launch(cfg, a, w, _empty(M, N // 2 if gated else N), epilogue=eg.Epilogue(row_norm="rms", activation=act),
                   scale=rows)
-    # σ and tanh on one MUFU operation (tuning.epilogue_fast_sigmoid; bf16 outputs): the activations that use them
+    # σ and tanh on one MUFU operation (tuning.epilogue_fast_sigmoid, the default for bf16 outputs) off: the exact
+    # forms; and the residual tile read before the k-loop (tuning.epilogue_load_after_mainloop off)
     from norm_fusion_inductor.kernels import tuning
 
-    with tuning.override(epilogue_fast_sigmoid=True):
+    with tuning.override(epilogue_load_after_mainloop=False):
+        eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(residual=True, stats="rms"), residual=_empty(M, N),
+                  partials=_empty(1, N // 128, M, dtype=torch.float32))
+    with tuning.override(epilogue_fast_sigmoid=False):
         for act in ("gelu", "gelu_tanh", "silu", "silu_mul"):
             eg.launch(cfg, a, w, _empty(M, N // 2 if act in eg.GATED else N), scale=rows,
                       epilogue=eg.Epilogue(row_norm="rms", activation=act))

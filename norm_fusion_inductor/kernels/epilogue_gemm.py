@@ -200,20 +200,36 @@ def _gated(z, ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 
 
 @triton.jit
-def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Per row of the tile (one statistics segment: BLOCK_N == the segment width): Σz² (1), or Σz and
-    Σ(z − tile mean)² (2), to part[s, pid_n, m]."""
-    valid = ((off_n + tl.arange(0, BLOCK_N)) < N)[None, :]
-    z = tl.where(valid, z, 0.0)
-    ptrs = part_ptr + pid_n * M + offs_m
+def _segment_partials(z, part_ptr, offs_m, seg, seg_off, M, N, STATS: tl.constexpr, WIDTH: tl.constexpr):
+    """One statistics segment per row, z [BLOCK_M, WIDTH] zero beyond N: Σz² (1), or Σz and Σ(z − segment mean)²
+    (2), to part[s, seg, m]."""
+    valid = ((seg_off + tl.arange(0, WIDTH)) < N)[None, :]
+    ptrs = part_ptr + seg * M + offs_m
     if STATS == 1:
         tl.store(ptrs, tl.sum(z * z, axis=1), mask=offs_m < M)
     else:
-        count = tl.minimum(N - off_n, BLOCK_N).to(tl.float32)
+        count = tl.maximum(tl.minimum(N - seg_off, WIDTH), 1).to(tl.float32)
         total = tl.sum(z, axis=1)
         d = tl.where(valid, z - (total / count)[:, None], 0.0)
         tl.store(ptrs, total, mask=offs_m < M)
-        tl.store(ptrs + tl.cdiv(N, BLOCK_N) * M, tl.sum(d * d, axis=1), mask=offs_m < M)
+        tl.store(ptrs + tl.cdiv(N, WIDTH) * M, tl.sum(d * d, axis=1), mask=offs_m < M)
+
+
+@triton.jit
+def _row_partials(z, part_ptr, offs_m, off_n, pid_n, M, N, STATS: tl.constexpr, BLOCK_N: tl.constexpr,
+                  WIDTH: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The tile's BLOCK_N / WIDTH statistics segments of WIDTH columns each (the partials' layout does not
+    depend on the tile: a 256-wide tile writes two 128-wide segments); a segment wholly beyond N is not
+    written (the partials have cdiv(N, WIDTH) of them)."""
+    z = tl.where(((off_n + tl.arange(0, BLOCK_N)) < N)[None, :], z, 0.0)
+    if BLOCK_N == WIDTH:
+        _segment_partials(z, part_ptr, offs_m, pid_n, off_n, M, N, STATS, WIDTH)
+    else:  # two segments (BLOCK_N = 2·WIDTH), split as the gated activation splits its gate/up pairs
+        lo, hi = tl.split(tl.permute(tl.reshape(z, [BLOCK_M, 2, WIDTH]), [0, 2, 1]))
+        seg = 2 * pid_n
+        _segment_partials(lo, part_ptr, offs_m, seg, off_n, M, N, STATS, WIDTH)
+        if off_n + WIDTH < N:
+            _segment_partials(hi, part_ptr, offs_m, seg + 1, off_n + WIDTH, M, N, STATS, WIDTH)
 
 
 @triton.jit
@@ -244,7 +260,8 @@ def epilogue_gemm_kernel(
     GATED: tl.constexpr,
     FAST_SIGMOID: tl.constexpr,  # σ and tanh on one MUFU operation (bf16 outputs on the GPU)
     LOAD_AFTER_MAINLOOP: tl.constexpr,  # the residual (and x) tile read after the k-loop, not held through it
-    STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and BLOCK_N segment
+    STATS: tl.constexpr,  # 0 none, 1 Σz², 2 Σz and Σ(z − z̄)², per row and STATS_WIDTH segment
+    STATS_WIDTH: tl.constexpr,  # columns per statistics segment (BLOCK_N or BLOCK_N / 2)
     NORM_BACKWARD: tl.constexpr,  # 0 none, 1 RMSNorm's backward on the dgrad (c̄ given)
     W_KN: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -328,7 +345,8 @@ def epilogue_gemm_kernel(
             if WRITE_AUX and HEAD_DIM == 0:
                 x_desc.store([off_m, off_n], z_stored)
             if STATS != 0:
-                _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N)
+                _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N,
+                              STATS_WIDTH, BLOCK_M)
         if GATED:
             gated = _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N, dtype == tl.float32, FAST_SIGMOID)
             o_desc.store([off_m, off_n // 2], gated.to(dtype))
@@ -423,7 +441,7 @@ INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_sta
 
 
 def stats_width(device: torch.device) -> int:
-    """Columns per partial-statistics segment: the BLOCK_N of every config a statistics epilogue runs with."""
+    """Columns per partial-statistics segment: a statistics epilogue's tiles are one or two segments wide."""
     return 128 if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_N"]
 
 
@@ -480,8 +498,8 @@ def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
     configs = GPU_CONFIGS
     if a.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
         configs = [dict(c, BLOCK_K=32) for c in configs]
-    if epilogue.stats != "none":  # one statistics segment per tile
-        return [c for c in configs if c["BLOCK_N"] == stats_width(a.device)]
+    if epilogue.stats != "none":  # one or two statistics segments per tile
+        return [c for c in configs if c["BLOCK_N"] in (stats_width(a.device), 2 * stats_width(a.device))]
     if epilogue.head_dim:  # whole heads in a tile
         return [c for c in configs if c["BLOCK_N"] % epilogue.head_dim == 0]
     return configs
@@ -526,6 +544,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     dot_precision = "ieee"
     if a.dtype == torch.float32 and a.is_cuda and torch.backends.cuda.matmul.allow_tf32:
         dot_precision = "tf32"
+    device = torch.device("cuda") if a.is_cuda else a.device  # the kind of device the kernel compiles for
     dummy = unused_pointer(a)  # never touched: the flags that would read it are off
     kernel = launcher(epilogue_gemm_kernel, a)
     # a symbolic M (a direct launch traced under dynamic shapes) takes the whole persistent grid: min() would
@@ -549,9 +568,9 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
-        FAST_SIGMOID=fast_sigmoid(out.dtype, out.device),
+        FAST_SIGMOID=fast_sigmoid(out.dtype, device),
         LOAD_AFTER_MAINLOOP=tuning.current().epilogue_load_after_mainloop,
-        STATS=STATS[epilogue.stats], NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
+        STATS=STATS[epilogue.stats], STATS_WIDTH=stats_width(device), NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
         DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )

@@ -455,3 +455,20 @@ def test_interleaved_timing_reverses_the_order_every_other_round():
     result = interleaved_medians({"a": "a", "b": "b"}, 3, lambda name: order.append(name) or next(times[name]))
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert result == {"a": 2.0, "b": 5.0}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times kernels on the GPU")
+def test_timing_leaves_no_memory_allocated():
+    """graph_ms times on a side stream, where cuBLAS allocates a workspace that outlives the stream and counts in
+    memory_allocated (empty_cache does not free it): the timings must leave none, or the user's training run
+    carries it in its peak memory."""
+    from norm_fusion_inductor.timing import graph_ms
+
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    torch.mm(a, a)  # the current stream's own workspace, before
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(4):
+        assert graph_ms(lambda: torch.mm(a, a)) > 0
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() <= before

@@ -9,8 +9,8 @@ compile and the plugin's measurements).
 
 Compilers: ``default``; ``norm_fusion`` (the defaults: fused only where measured faster); ``norm_fusion_always``
 (policy "always": every site the rewrites find is fused, whether faster or not, so that the fused kernels are
-the ones trained through). The task is learnable (each sequence is a random first half repeated), so the loss
-falls and a wrong gradient shows. Pass: over the last ``--window`` steps the mean loss of each plugin compiler is
+the ones trained through). The task is learnable (each sequence is a random first half repeated; BERT predicts
+15 % masked positions), so the loss falls and a wrong gradient shows. Pass: over the last ``--window`` steps the mean loss of each plugin compiler is
 within ``--tolerance`` (1 %) of default's, and its peak memory at most default's + 1 %. Prints a table and, with
 ``--json``, every loss.
 """
@@ -36,14 +36,23 @@ SMOKE = {
 }
 
 
-def batches(steps: int, batch: int, seq: int, vocab: int, device, seed: int = 0) -> list:
-    """Token ids [batch, seq]: a random first half, repeated (the second half is predictable from the first)."""
+def batches(steps: int, batch: int, seq: int, vocab: int, device, seed: int = 0, masked: bool = False) -> list:
+    """(input ids, labels) [batch, seq] per step: a random first half, repeated (the second half is predictable
+    from the first). ``masked`` (an encoder, which sees every position): 15 % of the positions replaced by a mask
+    id (vocab − 1, never drawn otherwise) and only those labelled, as BERT's masked-LM task; else (a decoder,
+    whose labels are shifted inside the model) the labels are the ids."""
     generator = torch.Generator().manual_seed(seed)
     half = seq // 2
     out = []
     for _ in range(steps):
-        first = torch.randint(0, vocab, (batch, half), generator=generator)
-        out.append(torch.cat([first, first, first[:, :seq - 2 * half]], 1).to(device))
+        first = torch.randint(0, vocab - 1 if masked else vocab, (batch, half), generator=generator)
+        ids = torch.cat([first, first, first[:, :seq - 2 * half]], 1)
+        labels = ids
+        if masked:
+            mask = torch.rand(ids.shape, generator=generator) < 0.15
+            labels = torch.where(mask, ids, torch.full_like(ids, -100))
+            ids = torch.where(mask, torch.full_like(ids, vocab - 1), ids)
+        out.append((ids.to(device), labels.to(device)))
     return out
 
 
@@ -52,12 +61,12 @@ def train(model, data: list, lr: float) -> tuple[list, float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     losses = []
     cuda = next(model.parameters()).is_cuda
-    for step, ids in enumerate(data):
+    for step, (ids, labels) in enumerate(data):
         if step == 1 and cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         optimizer.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
@@ -75,7 +84,7 @@ def run_model(name: str, spec: tuple, args) -> dict:
     torch.manual_seed(0)
     reference = tiny_model(family, **kwargs).train()
     state = {k: v.clone() for k, v in reference.state_dict().items()}
-    data = batches(args.steps, batch, seq, VOCAB, device)
+    data = batches(args.steps, batch, seq, VOCAB, device, masked=family == "bert")
     compilers = {"default": {}, "norm_fusion": dict(backend="norm_fusion"),
                  "norm_fusion_always": dict(backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})}
     row = {"model": name, "dtype": str(dtype), "batch": batch, "seq": seq, "steps": args.steps}

@@ -43,7 +43,7 @@ def main() -> int:
         family, kwargs, batch, seq = MODELS[name]
         torch.manual_seed(0)
         state = {k: v.clone() for k, v in tiny_model(family, **kwargs).state_dict().items()}
-        data = batches(args.steps, batch, seq, VOCAB, "cuda")
+        data = batches(args.steps, batch, seq, VOCAB, "cuda", masked=family == "bert")
         for cname in args.compilers:
             torch._dynamo.reset()
             nfi.clear_reports()
@@ -55,7 +55,7 @@ def main() -> int:
             optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
             held0 = held = peak = 0
             saved = []
-            for step, ids in enumerate(data):
+            for step, (ids, labels) in enumerate(data):
                 torch.cuda.synchronize()
                 if step == 1:
                     held0 = torch.cuda.memory_allocated()
@@ -67,9 +67,9 @@ def main() -> int:
                         saved.append(t.numel() * t.element_size())
                         return t
                     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                        loss = compiled(input_ids=ids, labels=ids).loss
+                        loss = compiled(input_ids=ids, labels=labels).loss
                 else:
-                    loss = compiled(input_ids=ids, labels=ids).loss
+                    loss = compiled(input_ids=ids, labels=labels).loss
                 loss.backward()
                 optimizer.step()
                 torch.cuda.synchronize()

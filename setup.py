@@ -10,7 +10,10 @@ setup(
     package_dir={"norm_fusion_inductor.patterns": "patterns"},
     install_requires=["torch>=2.11", "triton>=3.6"],
     extras_require={
-        "test": ["pytest>=8,<10", "pytest-xdist==3.8.0", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0"],
+        "test": ["pytest>=8,<10", "pytest-xdist==3.8.0", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0",
+                 "scipy==1.17.1"],
+        # `python -m norm_fusion_inductor calibrate` fits the cost model's constants with scipy
+        "calibrate": ["scipy>=1.10"],
         # the Quack backend of the regrouped GEMMs (Hopper, Blackwell; Python 3.12 wheels). The pair tested on the
         # H200: cutlass-dsl 4.8.1 breaks Quack 0.6.5's epilogue fingerprinting ("no fail-closed semantic key")
         "cute": ["quack-kernels==0.6.5", "nvidia-cutlass-dsl==4.7.1"],

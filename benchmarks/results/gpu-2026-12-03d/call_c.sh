@@ -8,9 +8,9 @@ source benchmarks/device_setup.sh
 cd /tmp/site
 timeout 110 python -m pytest tests/test_regrouped.py tests/test_selection.py -q -p no:warnings -k "timing_leaves or fast_sigmoid or gelu or load_after_mainloop or two_segments or layer_norm_statistics or (epilogue_gemm_matches and ln)" -rf --tb=line 2>&1 | grep -v "^\.\|^s" | tail -6 | tee $OUT/tests.log
 for model in llama bert; do
-  timeout 150 python benchmarks/convergence.py --models $model --json $OUT/convergence_$model.json > $OUT/convergence_$model.log 2>&1
+  timeout 130 python benchmarks/convergence.py --models $model --json $OUT/convergence_$model.json > $OUT/convergence_$model.log 2>&1
   grep "^|\|PASS\|FAIL" $OUT/convergence_$model.log | tail -4
 done
-timeout $((465 - SECONDS)) python benchmarks/diagnostics/epilogue_configs.py --pieces 262144x1024x256 > $OUT/pieces.log 2>&1
+timeout $((400 - SECONDS)) python benchmarks/diagnostics/epilogue_configs.py --pieces 262144x1024x256 > $OUT/pieces.log 2>&1
 grep -v "^  (" $OUT/pieces.log | grep -v "^configs" | cut -c1-120
 grep "^  (" $OUT/pieces.log | grep "stats='" | sed "s/residual_norm.*stats=/ stats=/; s/, norm_backward.*->/ ->/" | cut -c1-220

@@ -498,8 +498,9 @@ def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
     configs = GPU_CONFIGS
     if a.dtype == torch.float32:  # 4-byte elements: halve K tiles to stay within shared memory
         configs = [dict(c, BLOCK_K=32) for c in configs]
-    if epilogue.stats != "none":  # one or two statistics segments per tile
-        return [c for c in configs if c["BLOCK_N"] in (stats_width(a.device), 2 * stats_width(a.device))]
+    if epilogue.stats != "none":  # one statistics segment per tile (two: tuning.epilogue_stats_two_segments)
+        widths = (1, 2) if tuning.current().epilogue_stats_two_segments else (1,)
+        return [c for c in configs if c["BLOCK_N"] in [k * stats_width(a.device) for k in widths]]
     if epilogue.head_dim:  # whole heads in a tile
         return [c for c in configs if c["BLOCK_N"] % epilogue.head_dim == 0]
     return configs

@@ -46,6 +46,11 @@ class KernelTuning:
     #: residual + RMS statistics 1.63 → 1.57 × cuBLAS at 131072×512×1024, LN statistics unchanged
     #: (`--variant epilogue_load_after_mainloop`)
     epilogue_load_after_mainloop: bool = True
+    #: the epilogue GEMM's statistics epilogues (the stream's producers) also offered the 128×256 tiles, each
+    #: writing two 128-column statistics segments (alone, the statistics cost 0.2–0.4× cuBLAS on 128×128 tiles,
+    #: where the plain GEMM prefers 128×256). Off until checked against float64 and measured on the GPU
+    #: (`test_statistics_of_tiles_two_segments_wide`, `epilogue_configs.py --pieces`); compiled for sm_90 offline
+    epilogue_stats_two_segments: bool = False
     #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
     interpret_on_cpu: bool = False

@@ -269,9 +269,9 @@ def measurement(site, times: dict) -> Measurement:
     ``cost_model.priced_activation``)."""
     import torch
 
-    from .kernels import epilogue_gemm as eg
+    from .selection import priced_activation
 
-    activation = cm.priced_activation(site.activation, eg.fast_sigmoid(site.dtype, site.device))
+    activation = priced_activation(site)
     return Measurement(site.M, site.K, site.N, cm.kind_of(site.row_norm, site.activation, site.stats, site.head_dim),
                        times["mm_ms"], float(site.saved_bytes), times["saved_ms"], times.get("triton_ms"),
                        times.get("quack_ms"), None if site.activation == "none" else activation,

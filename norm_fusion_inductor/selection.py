@@ -761,15 +761,22 @@ def _predicted(site: EpilogueSite) -> dict:
     """The cost model's GPU ms of each backend's epilogue GEMM at this site ({} where the GPU model has no
     calibration, measured or committed (``cost_model.calibration``), or the epilogue no kind)."""
     from . import cost_model
-    from .kernels import epilogue_gemm as eg
 
     kind = cost_model.kind_of(site.row_norm, site.activation, site.stats, site.head_dim)
     elem = torch.empty((), dtype=site.dtype).element_size()
     p = cost_model.predict(site.M, site.N, site.K, elem, kind, site.saved_bytes,
                            torch.cuda.get_device_name(site.device), aux=site.write_aux,
-                           activation=cost_model.priced_activation(
-                               site.activation, eg.fast_sigmoid(site.dtype, site.device))) if kind else None
+                           activation=priced_activation(site)) if kind else None
     return {} if p is None else {b: p[f"{b}_ms"] for b in ("triton", "quack") if p[f"{b}_ms"] is not None}
+
+
+def priced_activation(site: EpilogueSite) -> str:
+    """The site's activation named as the Triton kernel runs it (``cost_model.priced_activation``: the one-MUFU
+    forms for bf16 outputs where the kernel tuning asks for them)."""
+    from . import cost_model
+    from .kernels import epilogue_gemm as eg
+
+    return cost_model.priced_activation(site.activation, eg.fast_sigmoid(site.dtype, site.device))
 
 
 def _screened(backend: str, predicted: dict, bound: float, screen: Screen, host_ms: float = 0.0,

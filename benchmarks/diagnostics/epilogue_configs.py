@@ -4,7 +4,7 @@ and epilogue, and the warp-specialized variants (``WARP_SPECIALIZE``, which the 
 config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
-    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...]
+    python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...] [--only PIECE ...]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
@@ -74,12 +74,13 @@ PIECES = {
 VARIANTS = {
     "epilogue_fast_sigmoid": lambda e: e.activation in ("silu", "gelu", "gelu_tanh", "silu_mul"),
     "epilogue_load_after_mainloop": lambda e: e.residual or e.norm_backward != "none",
+    "epilogue_stats_two_segments": lambda e: e.stats != "none",
 }
 
 
-def pieces(shapes, rounds: int, variants=()) -> None:
-    """Each piece's epilogue at each shape; each of ``variants`` (fields of ``VARIANTS``) on beside the pieces it
-    changes, checked against the piece without it (max |Δ| / max |out|)."""
+def pieces(shapes, rounds: int, variants=(), only=()) -> None:
+    """Each piece's epilogue (those named in ``only``, or all) at each shape; each of ``variants`` (fields of
+    ``VARIANTS``) on beside the pieces it changes, checked against the piece without it (max |Δ| / max |out|)."""
     from triton.testing import do_bench
 
     from norm_fusion_inductor.kernels import tuning
@@ -93,6 +94,8 @@ def pieces(shapes, rounds: int, variants=()) -> None:
         wt = w.t()
         fns = {"cublas": lambda: torch.mm(a, wt)}
         for name, e in PIECES.items():
+            if only and name not in only:
+                continue
             kw = dict(scale=rows if e.row_norm != "none" else None, shift=rows if e.row_norm == "ln" else None,
                       u=cols if e.row_norm == "ln" else None, bias=cols if e.bias else None,
                       residual=residual if e.residual else None)
@@ -125,9 +128,10 @@ def main() -> int:
     p.add_argument("--pieces", action="store_true")
     p.add_argument("--variant", nargs="+", default=[], choices=sorted(VARIANTS),
                    help="with --pieces: these kernel tuning fields on beside the pieces they change")
+    p.add_argument("--only", nargs="+", default=[], choices=sorted(PIECES), help="with --pieces: these pieces alone")
     args = p.parse_args()
     if args.pieces:
-        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.variant)
+        pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.variant, args.only)
         return 0
     args.cases = args.cases or DEFAULT_CASES
     from triton.testing import do_bench

@@ -597,7 +597,8 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     one config); the interpreter has one config."""
     N = w.shape[1 if w_kn else 0]
     configs = _configs(a, epilogue)
-    key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue)
+    # the kernel tuning record too: its fields change the kernel and which configs are offered
+    key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue, tuning.current())
     if len(configs) == 1:
         _TUNED[key] = configs[0]
     if key not in _TUNED:
@@ -608,12 +609,13 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
 
 def tuned_for(M: int, N: int, K: int, dtype: torch.dtype, w_kn: bool, epilogue: Epilogue) -> dict | None:
     """The block config ``tuned_config`` chose in this process for this GEMM, or None."""
-    return _TUNED.get((m_bucket(M), N, K, dtype, w_kn, epilogue))
+    return _TUNED.get((m_bucket(M), N, K, dtype, w_kn, epilogue, tuning.current()))
 
 
 def tuned_configs() -> str:
-    """The configs the tuner chose in this process, a line each: (M bucket, N, K, dtype, w_kn) epilogue -> config."""
-    return "\n".join(f"  {key[:5]} {key[5]} -> {cfg}" for key, cfg in _TUNED.items())
+    """The configs the tuner chose in this process, a line each: (M bucket, N, K, dtype, w_kn) epilogue [the kernel
+    tuning fields changed from their defaults] -> config."""
+    return "\n".join(f"  {key[:5]} {key[5]}{tuning.changed(key[6]) or ''} -> {cfg}" for key, cfg in _TUNED.items())
 
 
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,

@@ -47,10 +47,11 @@ class KernelTuning:
     #: (`--variant epilogue_load_after_mainloop`)
     epilogue_load_after_mainloop: bool = True
     #: the epilogue GEMM's statistics epilogues (the stream's producers) also offered the 128×256 tiles, each
-    #: writing two 128-column statistics segments (alone, the statistics cost 0.2–0.4× cuBLAS on 128×128 tiles,
-    #: where the plain GEMM prefers 128×256). Off until checked against float64 and measured on the GPU
-    #: (`test_statistics_of_tiles_two_segments_wide`, `epilogue_configs.py --pieces`); compiled for sm_90 offline
-    epilogue_stats_two_segments: bool = False
+    #: writing two 128-column statistics segments (the plain GEMM prefers 128×256); the tuner picks them for every
+    #: statistics epilogue, the same bits as on 128×128 tiles. × cuBLAS at 131072×1024×512 / 262144×1024×256:
+    #: LN statistics 1.27 → 1.12 / 1.24 → 1.10, bias + residual + LN statistics 1.51 → 1.36 / 1.41 → 1.31, RMS
+    #: statistics unchanged (`epilogue_configs.py --pieces --variant epilogue_stats_two_segments`)
+    epilogue_stats_two_segments: bool = True
     #: the pre-norm/post-norm and FlashNormAttention ops run their Triton kernels on CPU tensors (under
     #: TRITON_INTERPRET=1) instead of their torch reference: for tests, the interpreter being far slower
     interpret_on_cpu: bool = False
@@ -62,6 +63,13 @@ _current = KernelTuning()
 def current() -> KernelTuning:
     """The record the kernels launch with."""
     return _current
+
+
+def changed(record: KernelTuning) -> dict:
+    """The fields of ``record`` that differ from their defaults."""
+    default = KernelTuning()
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)
+            if getattr(record, f.name) != getattr(default, f.name)}
 
 
 def adopt(**changes) -> KernelTuning:

@@ -11,6 +11,7 @@ for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
     python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
     python tests/fuzz_regrouped.py --cases 100 --backend quack   # the Quack backend (JIT per new shape: seconds)
     python tests/fuzz_regrouped.py --cases 1000 --workers 6       # the same cases in six processes (compiles in parallel)
+    python tests/fuzz_regrouped.py --cases 3000 --workers 8 --time-limit 500   # as many as fit in 500 s
 
 On the GPU each case runs one block config drawn with it (every config gets exercised, and one compile per case
 instead of the tuner's eight); the cost is Triton's compile of each new specialization, hence the workers.
@@ -25,6 +26,7 @@ import collections
 import json
 import random
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -154,10 +156,12 @@ def _drawn_config(case: dict):
 
 
 def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton", progress: int = 0,
-        shard: int = 0, shards: int = 1) -> dict:
+        shard: int = 0, shards: int = 1, time_limit: float | None = None) -> dict:
     """{family: Counter of outcomes}; raises on the first wrong result. ``progress``: print a line every that many
     cases (a run cut short by a timeout still says how far it got). ``shard`` of ``shards``: run every
-    ``shards``-th case of the same sequence."""
+    ``shards``-th case of the same sequence. ``time_limit``: seconds after which no new case starts (the summary
+    then counts the cases run)."""
+    deadline = time.monotonic() + time_limit if time_limit else None
     rng = random.Random(seed)
     summary = {f: collections.Counter() for f in FAMILIES}
     tuned_config = eg.tuned_config
@@ -166,6 +170,9 @@ def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton",
         case["config"] = rng.randrange(64)
         if i % shards != shard:
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"time limit: stopped before case {i}", flush=True)
+            break
         eg.tuned_config = _drawn_config(case)
         try:
             path, detail = check_case(case, device, backend)
@@ -187,6 +194,8 @@ def main() -> int:
     p.add_argument("--max-m", type=int, default=300_000)
     p.add_argument("--backend", default="triton", choices=["triton", "quack"])
     p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
+    p.add_argument("--time-limit", type=float, help="seconds after which no new case starts; the summary counts "
+                                                     "the cases run (a device call's limit)")
     p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--summary-json", help=argparse.SUPPRESS)
@@ -197,7 +206,7 @@ def main() -> int:
     if args.shards > 1 and device == "cuda":  # a worker: its share of the GPU, so that one large case cannot
         torch.cuda.set_per_process_memory_fraction(0.9 / args.shards)  # starve the others
     summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50 // args.shards or 1,
-                  shard=args.shard, shards=args.shards)
+                  shard=args.shard, shards=args.shards, time_limit=args.time_limit)
     if args.summary_json:  # a worker: _run_workers reads it back
         with open(args.summary_json, "w") as f:
             json.dump({family: dict(c) for family, c in summary.items()}, f)
@@ -216,6 +225,8 @@ def _run_workers(args) -> int:
         paths = [f"{tmp}/worker{i}.json" for i in range(args.workers)]
         base = [sys.executable, __file__, "--cases", str(args.cases), "--seed", str(args.seed), "--max-m",
                 str(args.max_m), "--backend", args.backend, "--shards", str(args.workers)]
+        if args.time_limit:
+            base += ["--time-limit", str(args.time_limit)]
         procs = [subprocess.Popen(base + ["--shard", str(i), "--summary-json", path]) for i, path in enumerate(paths)]
         failed = sum(proc.wait() != 0 for proc in procs)
         summary = {f: collections.Counter() for f in FAMILIES}

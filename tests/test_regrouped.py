@@ -903,6 +903,17 @@ def test_fuzzed_cases_match_float64():
     summary = fuzz_regrouped.run(cases=24 if CUDA else 12, seed=7, device=DEVICE, max_m=2048 if CUDA else 48)
     assert sum(sum(c.values()) for c in summary.values()) == (24 if CUDA else 12)
     assert any(c["kernel"] for c in summary.values())  # not every case took the fallback
+    # a time limit already passed: no case starts, and the summary says so
+    assert sum(sum(c.values()) for c in fuzz_regrouped.run(cases=4, seed=7, device=DEVICE, max_m=48,
+                                                           time_limit=1e-9).values()) == 0
+
+
+def test_gated_output_alignment_reason_names_the_half_width():
+    """A gated pair halves the output's columns: the fallback's reason names that width, not N alone."""
+    a = torch.randn(16, 32, device=DEVICE, dtype=torch.float16)
+    w = torch.randn(24, 32, device=DEVICE, dtype=torch.float16)  # N = 24: 48-byte rows, N/2 = 12: 24 bytes
+    reason = eg.unsupported_reason(a, w, False, eg.Epilogue(row_norm="rms", activation="silu_mul"))
+    assert reason is not None and "N/2 = 12" in reason, reason
 
 
 def test_post_norm_bert_trains_with_residuals_normalized_on_load():

@@ -470,8 +470,10 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
             return f"{name} is not contiguous in its last dim (strides {tuple(t.stride())})"
         if (t.stride(0) * elem) % 16 or not aligned16(t):
             return f"{name} rows are not 16-byte aligned (TMA; stride {t.stride(0)}, offset {t.storage_offset()})"
-    if (N * elem) % 16 or (epilogue.gated and (N // 2 * elem) % 16):
+    if (N * elem) % 16:
         return f"N={N}: output rows are not 16-byte aligned (TMA)"
+    if epilogue.gated and (N // 2 * elem) % 16:
+        return f"N={N}: the gated output's N/2 = {N // 2} columns are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
     if epilogue.head_dim and (N % epilogue.head_dim or epilogue.head_dim > 256):

@@ -5,6 +5,7 @@ the block's speed-of-light.
     python benchmarks/blocks.py                                  # every block, H200 sizes
     python benchmarks/blocks.py --blocks recsys_ln_tower --modes inference --json out.json
     python benchmarks/blocks.py --smoke                          # tiny sizes, CPU or GPU: the script runs
+    python benchmarks/blocks.py --mode reduce-overhead           # every compiler with CUDA graphs
 
 Speed-of-light: max(FLOPs / 790 TFLOP/s, minimal bytes / 4.3 TB/s), the H200's measured bf16 matmul rate and
 copy bandwidth; FLOPs count the matmuls (and attention), bytes the block's input and output once and every
@@ -130,31 +131,35 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     model, inputs, sol_ms, labels = build(spec, train, device, dtype, args.random_embeds)
     if train and spec["kind"] == "tower":
         model = LossInside(model)  # the loss compiled with the block, for every compiler alike
-    compilers = {"default": {}}
+    graphs = args.mode == "reduce-overhead"  # every compiler replays CUDA graphs: no host time per step
+    default = dict(mode="reduce-overhead") if graphs else {}
+    compilers = {"default": default}
     if "max-autotune" in args.backends and device == "cuda":
-        compilers["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
+        compilers["max_autotune"] = dict(mode="max-autotune" if graphs else "max-autotune-no-cudagraphs")
     options = {"policy": args.policy, "fusions": nfi.KNOWN_FUSIONS}
     if args.min_speedup is not None:
         options["min_speedup"] = args.min_speedup
-    compilers["norm_fusion"] = dict(backend="norm_fusion", options={"norm_fusion": {
-        **options, "gemm_backends": tuple(args.gemm_backends)}})
+
+    def plugin(**changes):  # the backend takes Inductor options beside its own, not a mode with them
+        return dict(backend="norm_fusion", options={"norm_fusion": {**options, **changes},
+                                                    **({"triton.cudagraphs": True} if graphs else {})})
+
+    compilers["norm_fusion"] = plugin(gemm_backends=tuple(args.gemm_backends))
     if "norm_fusion_triton" in args.backends:  # the Triton GEMMs alone, beside the best per GEMM
-        compilers["norm_fusion_triton"] = dict(backend="norm_fusion", options={"norm_fusion": {
-            **options, "gemm_backends": ("triton",)}})
+        compilers["norm_fusion_triton"] = plugin(gemm_backends=("triton",))
     # controls: the same default compiled twice (how far two identical compiles differ in this process), and
     # the plugin's passes with policy "never" (default's graph, the passes run, nothing measured)
     if "default_again" in args.backends:
-        compilers["default_again"] = {}
+        compilers["default_again"] = dict(default)
     if "norm_fusion_never" in args.backends:
-        compilers["norm_fusion_never"] = dict(backend="norm_fusion", options={"norm_fusion": {
-            **options, "policy": "never"}})
+        compilers["norm_fusion_never"] = plugin(policy="never")
     row = {"block": name, "train": train, "sol_ms": sol_ms, "dtype": str(dtype)}
     eager = make_step(model, inputs, train, labels)()
     fns = {}
     for cname, kwargs in compilers.items():
         torch._dynamo.reset()
         nfi.clear_reports()
-        step = make_step(torch.compile(model, **kwargs), inputs, train, labels)
+        step = make_step(torch.compile(model, **kwargs), inputs, train, labels, cudagraphs=graphs)
         profiler = cProfile.Profile() if args.compile_profile and cname == "norm_fusion" else None
         start = time.perf_counter()
         if profiler is not None:
@@ -273,6 +278,9 @@ def main() -> int:
                    help="also norm_fusion_triton (the Triton GEMMs alone) and the controls default_again (default "
                         "compiled a second time) and norm_fusion_never (the plugin with policy never)")
     p.add_argument("--policy", default="auto")
+    p.add_argument("--mode", default="default", choices=["default", "reduce-overhead"],
+                   help="reduce-overhead: every compiler replays CUDA graphs (no host time per step; the plugin "
+                        "then prices an op-launched GEMM, Quack's, at its GPU time alone)")
     p.add_argument("--min-speedup", type=float, help="the plugin's min_speedup option (default: the config's)")
     p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
                    help="the plugin's gemm_backends option (norm_fusion_triton in --backends adds a Triton-only run)")
@@ -298,7 +306,7 @@ def main() -> int:
     import triton
 
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
-          f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}"
+          f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}  mode={args.mode}"
           + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else "")
           + ("  inputs: random embeddings" if args.random_embeds else "")
           + (f"  tuning: {' '.join(args.tuning)}" if args.tuning else ""))

@@ -67,16 +67,21 @@ class LossInside(torch.nn.Module):
         return self.block(**inputs).float().square().mean()
 
 
-def make_step(model, inputs, train: bool, labels=None):
+def make_step(model, inputs, train: bool, labels=None, cudagraphs: bool = False):
     """The block's inference call or training step; ``labels``: a transformers model's targets where the inputs
-    are embeddings (else its input_ids)."""
+    are embeddings (else its input_ids). ``cudagraphs``: the model replays CUDA graphs (mode "reduce-overhead"):
+    each call starts a new step of them, so a call may overwrite the last call's outputs."""
     hf = "input_ids" in inputs or "inputs_embeds" in inputs
 
     def infer():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
             return model(**inputs).logits if hf else model(**inputs)
 
     def train_step():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         for p in model.parameters():
             p.grad = None
         # the loss inside the compiled model for both kinds (transformers computes it from labels), so that no

@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                           "installed); a backend not timed keeps the committed constants, else has none")
     cal.add_argument("--out", help="write the calibration file here instead of <cache folder>/calibration/"
                                    "<GPU name>.json, where the cost model reads it")
+    cal.add_argument("--cache-dir", help="the cache folder (default ~/.cache/norm_fusion_inductor): compiles with "
+                                         "this norm_fusion option cache_dir read the file written there")
     return parser
 
 
@@ -120,7 +122,7 @@ def main(argv=None) -> int:
     if args.command == "calibrate":
         from . import calibrate
 
-        return calibrate.command(quick=args.quick, backends=args.backends, out=args.out)
+        return calibrate.command(quick=args.quick, backends=args.backends, out=args.out, cache_dir=args.cache_dir)
     return 2
 
 

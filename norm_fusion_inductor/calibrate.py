@@ -344,9 +344,10 @@ def table(cal: dict, records: Sequence[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def command(quick: bool = False, backends: Optional[Sequence[str]] = None, out: Optional[str] = None) -> int:
+def command(quick: bool = False, backends: Optional[Sequence[str]] = None, out: Optional[str] = None,
+            cache_dir: Optional[str] = None) -> int:
     """``python -m norm_fusion_inductor calibrate``: measure the grid on this process's CUDA device, fit, print
-    the table and write the calibration file."""
+    the table and write the calibration file (``out``, else in ``cache_dir``'s or the default cache folder)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -366,7 +367,7 @@ def command(quick: bool = False, backends: Optional[Sequence[str]] = None, out: 
     gpu = torch.cuda.get_device_name(device)
     backends = tuple(backends or default_backends())
     grid = QUICK_SITES if quick else SITES
-    path = out or cm.calibration_file(gpu)
+    path = out or cm.calibration_file(gpu, cache_dir)
     print(f"calibrating the cost model for {gpu}: {len(grid)} sites, backends {', '.join(backends)} -> {path}")
     hw, sources = hardware(device, gpu)
     records, reasons = [], {}

@@ -749,24 +749,25 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch
     # the cost model's constants decide what the screen leaves out: a new calibration file measures again
     key = "|".join(str(v) for v in (gpu, torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), repr(tuning.current()), quack,
-                                      _kernel_source_hash(qg), "epilogue", cost_model.calibration_hash(gpu),
+                                      _kernel_source_hash(qg), "epilogue", cost_model.calibration_hash(gpu, config.cache_root),
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
-    times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen))
+    times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen, config.cache_root))
     if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning
         qg.remember(site.M, site.N, site.K, site.dtype, site.w_kn, _site_epilogue(site), times["quack_config"])
     return times
 
 
-def _predicted(site: EpilogueSite) -> dict:
+def _predicted(site: EpilogueSite, cache_root: Optional[str] = None) -> dict:
     """The cost model's GPU ms of each backend's epilogue GEMM at this site ({} where the GPU model has no
-    calibration, measured or committed (``cost_model.calibration``), or the epilogue no kind)."""
+    calibration, measured in ``cache_root``'s calibration folder or committed (``cost_model.calibration``), or
+    the epilogue no kind)."""
     from . import cost_model
 
     kind = cost_model.kind_of(site.row_norm, site.activation, site.stats, site.head_dim)
     elem = torch.empty((), dtype=site.dtype).element_size()
     p = cost_model.predict(site.M, site.N, site.K, elem, kind, site.saved_bytes,
                            torch.cuda.get_device_name(site.device), aux=site.write_aux,
-                           activation=priced_activation(site)) if kind else None
+                           activation=priced_activation(site), cache_root=cache_root) if kind else None
     return {} if p is None else {b: p[f"{b}_ms"] for b in ("triton", "quack") if p[f"{b}_ms"] is not None}
 
 
@@ -797,7 +798,7 @@ def _screened(backend: str, predicted: dict, bound: float, screen: Screen, host_
     return None
 
 
-def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen()) -> dict:
+def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root: Optional[str] = None) -> dict:
     """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
     the Triton kernel's tuned config and each op's host time. cuBLAS and the copy are timed first (nothing to
     compile); a backend the ``screen`` rules out is not compiled (Quack's JIT costs seconds per GEMM, Triton's
@@ -837,7 +838,7 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen()) -> dict:
     dst = torch.empty_like(src)
     times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: _copy(dst, src))}
     bound = times["mm_ms"] + times["saved_ms"]
-    predicted = _predicted(site) if screen.margin else {}
+    predicted = _predicted(site, cache_root) if screen.margin else {}
     if predicted:
         times["predicted"] = predicted
 

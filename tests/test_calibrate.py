@@ -113,20 +113,21 @@ def test_default_cache_folder_and_a_calibration_without_quack(tmp_path, monkeypa
 
 def test_selection_measures_again_under_a_new_calibration(tmp_path, monkeypatch):
     """The regrouped GEMM's measurement (whose cost-model screen depends on the constants) is cached under the
-    calibration in use: a new calibration file for the GPU model measures again. The GPU is faked."""
-    monkeypatch.setenv("HOME", str(tmp_path))
+    calibration in use, the one in the compile's cache folder (option cache_dir): a new calibration file there
+    measures again, and the cost model's prediction comes from it. The GPU is faked."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: MADE_UP)
     monkeypatch.setattr(selection, "_MEMORY", {})
     measured = []
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: measured.append(site) or dict(
-        mm_ms=1.0, saved_ms=0.1, triton_ms=1.0))
-    config = NormFusionConfig(cache_dir=str(tmp_path / "choices"))
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: measured.append(
+        (site, cache_root)) or dict(mm_ms=1.0, saved_ms=0.1, triton_ms=1.0))
+    config = NormFusionConfig(cache_dir=str(tmp_path / "cache"))
     site = calibrate.epilogue_site(calibrate.SITES[0], "cuda")
     selection._cached_epilogue(site, config)
     selection._cached_epilogue(site, config)
-    assert len(measured) == 1
-    path = cm.calibration_file(MADE_UP)
-    (tmp_path / ".cache" / "norm_fusion_inductor" / "calibration").mkdir(parents=True)
+    assert len(measured) == 1 and measured[0][1] == config.cache_root
+    assert selection._predicted(site, config.cache_root) == {}  # no constants for this GPU model yet
+    path = cm.calibration_file(MADE_UP, config.cache_root)
+    (tmp_path / "cache" / "calibration").mkdir(parents=True)
     with open(path, "w") as f:
         json.dump({"calibration": cm.CALIBRATION[H200]}, f)
     selection._cached_epilogue(site, config)
@@ -134,6 +135,8 @@ def test_selection_measures_again_under_a_new_calibration(tmp_path, monkeypatch)
     cm.clear_calibration_cache()
     selection._cached_epilogue(site, config)
     assert len(measured) == 2
+    assert selection._predicted(site, config.cache_root)["triton"] > 0  # the compile's folder's constants
+    assert selection._predicted(site) == {}  # not the default folder's
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without CUDA")
@@ -153,7 +156,8 @@ def test_command_with_a_faked_gpu_writes_a_calibration_the_model_reads(tmp_path,
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H200)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen: _model_times(truth, site, screen.backends))
+    monkeypatch.setattr(selection, "_measure_epilogue",
+                        lambda site, screen, cache_root=None: _model_times(truth, site, screen.backends))
     out = tmp_path / "cal.json"
     assert main(["calibrate", "--quick", "--backends", "triton", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -164,3 +168,7 @@ def test_command_with_a_faked_gpu_writes_a_calibration_the_model_reads(tmp_path,
     cal = cm.read_calibration_file(str(out))
     assert cal["quack"] == cm.CALIBRATION[H200]["quack"]  # not timed: the committed constants
     assert cal["triton"]["eff"] < cm.CALIBRATION[H200]["triton"]["eff"]
+    # --cache-dir: written where compiles with that cache_dir read it
+    assert main(["calibrate", "--quick", "--backends", "triton", "--cache-dir", str(tmp_path / "cache")]) == 0
+    cm.clear_calibration_cache()
+    assert cm.calibration(H200, str(tmp_path / "cache"))["triton"] == cal["triton"]

@@ -60,8 +60,7 @@ class MatmulSite:
     write_z: bool = False  # post: z is written too
     has_residual_out: bool = False  # post: a residual added after the norm
     # pre, training: the backward reads the normalized tensor (dW = dYᵀ·n), so its write moves into the backward
-    # (recomputed or saved) instead of going away: the bound counts no copy of x (not part of the cache key:
-    # the measurement is the same)
+    # (recomputed or saved) instead of going away: nothing to save, declined without measuring (``choose``)
     backward_reads_norm: bool = False
 
 
@@ -140,6 +139,13 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
         except Exception as e:  # no plan tuned: the op tunes at run time
             return Choice(True, "fused_triton", f"policy=always (tuning failed: {type(e).__name__}: {e})")
         return Choice(True, "fused_triton", f"policy=always; plan {_plan_name(plan)}", plan)
+    if site.position == "pre" and site.backward_reads_norm:
+        # the bound is cuBLAS alone: a clear loss, decided without tuning and timing the kernel (seconds of the
+        # first compile per site; every such training site measured on the H200 ran 1.0–1.7x cuBLAS's time)
+        return Choice(False, "unfused", f"nothing to save in training (the backward reads the normalized tensor, "
+                                        f"so it is written either way): the fused GEMM would have to run "
+                                        f"{max(config.min_speedup, PROLOGUE_MIN_SPEEDUP)}x faster than cuBLAS "
+                                        f"alone, which no mainloop of this project does; not measured")
     return _measured_choice(site, config)
 
 
@@ -198,16 +204,13 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         _cached(site, config, "plan", lambda site: {"plan": list(t["plan"])})
     # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
     copies = 1 + 0.5 * (site.has_residual + site.has_residual_out)
-    moved = site.position == "pre" and site.backward_reads_norm
-    norm_ms = 0.0 if moved else t["copy_ms"] * copies
+    norm_ms = t["copy_ms"] * copies
     fused_ms, plan, launch_note = _with_host_cost(t)
     unfused_ms = t["mm_ms"] + norm_ms
     copied = "x" if site.position == "pre" else "the matmul's output" + (f" x {copies} (residuals)" if copies > 1
                                                                           else "")
     detail = (f"measured fused {fused_ms:.4f} ms{launch_note} vs unfused lower bound {unfused_ms:.4f} ms "
               f"(cuBLAS {t['mm_ms']:.4f} + copy of {copied} {norm_ms:.4f}) at M={site.M}")
-    if moved:
-        detail += " (the normalized tensor's write not counted as saved: the backward reads it)"
     if fused_ms * max(config.min_speedup, PROLOGUE_MIN_SPEEDUP) >= unfused_ms:
         near_miss = NEAR_MISS_LAYER_NORM if (site.position, site.norm) == ("pre", "ln") else 1.0
         if config.compiled_check and fused_ms < unfused_ms * near_miss:  # the real unfused graph decides

@@ -16,9 +16,10 @@ bandwidth), minimises over that component's constants ``θ`` (within ``FIT_BOUND
 
 so that each site (shape, kind, aux, activation) weighs the same however often it was measured. A factor
 ``mu[kind]`` (within ``MU_BOUNDS``) is fitted for each kind a backend has records of, except ``REFERENCE_KIND``
-(``mu`` = 1: ``eff`` is that kind's); the ``TIED`` constants of the epilogue GEMMs are cuBLAS's. The
-activations' costs per output element (``alu_ps``) are not fitted: they stay as in the starting table. The
-command's fit starts from the GPU model's committed table, else from the reference GPU's with this GPU's hardware
+(``mu`` = 1: ``eff`` is that kind's); the ``TIED`` constants of the epilogue GEMMs are cuBLAS's. With
+``fit_alu`` (the command) the Triton epilogue's cost per output element of each activation the records have
+(``alu_ps``, within ``ALU_BOUNDS``) is fitted too; else (``benchmarks/cost_model.py``, whose ``alu_ps`` were
+measured piece by piece) they stay as in the starting table. The command's fit starts from the GPU model's committed table, else from the reference GPU's with this GPU's hardware
 data (``hardware``), to which ``fit_bounds`` scales the copy's bounds.
 """
 
@@ -43,6 +44,7 @@ FIT_BOUNDS = {  # per component: the fitted constants and their bounds (the rest
     "quack": {"eff": (0.3, 1.0), "k0": (0.0, 1000.0), "rho": (0.0, 1.0), "lam": (0.0, 3.0), "c": (0.0, 0.02)},
 }
 MU_BOUNDS = (0.7, 2.0)
+ALU_BOUNDS = (0.0, 5.0)  # ps per output element
 TIED = ("rho",)  # constants of the epilogue GEMMs taken from cuBLAS's fit
 REFERENCE_KIND = "consumer_rms"  # its mu stays 1: eff is that kind's
 
@@ -89,10 +91,11 @@ def _site(r: Measurement, comp: str) -> tuple:
     return (r.M, r.K, r.N) if comp == "mm" else (r.M, r.K, r.N, r.kind, r.aux, r.activation, r.elem_bytes)
 
 
-def fit(records: Sequence[Measurement], base: Optional[dict] = None) -> dict:
+def fit(records: Sequence[Measurement], base: Optional[dict] = None, fit_alu: bool = False) -> dict:
     """Constants fitted to ``records`` (the module docstring), starting from ``base`` (a calibration with the
     GPU's hardware data; default: the reference GPU's table) and within ``fit_bounds(base)``. A component
-    without records keeps ``base``'s constants (its ``mu`` emptied)."""
+    without records keeps ``base``'s constants (its ``mu`` emptied). ``fit_alu``: Triton's ``alu_ps`` of the
+    records' activations fitted too."""
     try:
         import numpy as np
         from scipy.optimize import least_squares
@@ -108,6 +111,7 @@ def fit(records: Sequence[Measurement], base: Optional[dict] = None) -> dict:
         names = [n for n in bounds[comp] if comp not in ("triton", "quack") or n not in TIED]
         weight: dict = {}
         sites: dict = {}
+        alus: list = []
         if comp == "copy":
             rows = sorted({(r.saved_bytes, r.saved_ms) for r in records if r.saved_bytes > 0})
             kinds = []
@@ -120,18 +124,24 @@ def fit(records: Sequence[Measurement], base: Optional[dict] = None) -> dict:
                 count[_site(r, comp)] = count.get(_site(r, comp), 0) + 1
             weight = {id(r): 1.0 / math.sqrt(count[_site(r, comp)]) for r in rows}
             sites = {_site(r, comp): r for r in rows}
+            if fit_alu and comp == "triton":
+                alus = sorted({cm.alu_name(r.activation, r.elem_bytes) for r in rows} - {None})
         if not rows:
             continue
-        lo = [bounds[comp][n][0] for n in names] + [MU_BOUNDS[0]] * len(kinds)
-        hi = [bounds[comp][n][1] for n in names] + [MU_BOUNDS[1]] * len(kinds)
+        alu_ps = cal[comp].setdefault("alu_ps", {}) if alus else {}
+        lo = [bounds[comp][n][0] for n in names] + [MU_BOUNDS[0]] * len(kinds) + [ALU_BOUNDS[0]] * len(alus)
+        hi = [bounds[comp][n][1] for n in names] + [MU_BOUNDS[1]] * len(kinds) + [ALU_BOUNDS[1]] * len(alus)
         scale = np.array([max(abs(h), 1e-12) for h in hi])
-        x0 = [min(max(cal[comp][n], lo[i]), hi[i]) for i, n in enumerate(names)] + [1.0] * len(kinds)
+        x0 = ([min(max(cal[comp][n], lo[i]), hi[i]) for i, n in enumerate(names)] + [1.0] * len(kinds)
+              + [min(max(alu_ps.get(a, 0.5), ALU_BOUNDS[0]), ALU_BOUNDS[1]) for a in alus])
 
-        def put(x, comp=comp, names=names, kinds=kinds):
+        def put(x, comp=comp, names=names, kinds=kinds, alus=alus):
             for n, v in zip(names, x[:len(names)]):
                 cal[comp][n] = float(v)
             if kinds:
-                cal[comp]["mu"] = {k: float(v) for k, v in zip(kinds, x[len(names):])}
+                cal[comp]["mu"] = {k: float(v) for k, v in zip(kinds, x[len(names):len(names) + len(kinds)])}
+            for a, v in zip(alus, x[len(names) + len(kinds):]):
+                cal[comp]["alu_ps"][a] = float(v)
 
         def resid(x, comp=comp, rows=rows, put=put, sites=sites, weight=weight):
             put(x * scale)
@@ -395,7 +405,7 @@ def command(quick: bool = False, backends: Optional[Sequence[str]] = None, out: 
             f"{b}: {', '.join(sorted(v))}" for b, v in reasons.items()))
     base = copy.deepcopy(cm.CALIBRATION.get(gpu) or cm.CALIBRATION[REFERENCE_GPU])
     base.update(copy.deepcopy(hw))
-    cal = fit(records, base)
+    cal = fit(records, base, fit_alu=True)
     for b in ("triton", "quack"):  # a backend without times: the committed constants, else none (not screened)
         if not any(_measured(r, b) is not None for r in records):
             if gpu in cm.CALIBRATION:

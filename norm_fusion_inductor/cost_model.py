@@ -238,16 +238,23 @@ def priced_activation(activation: Optional[str], fast_sigmoid: bool) -> Optional
     return name + "_fast" + ("_mul" if gated else "")
 
 
+def alu_name(activation: Optional[str], elem_bytes: int) -> Optional[str]:
+    """The ``alu_ps`` entry that prices ``activation`` (a gated pair "silu_mul" by its gate's activation; GELU
+    with fp32 outputs by "gelu_fp32"); None for none."""
+    if not activation or activation == "none":
+        return None
+    name = activation[:-len("_mul")] if activation.endswith("_mul") else activation
+    return "gelu_fp32" if name == "gelu" and elem_bytes == 4 else name
+
+
 def alu_ms(cal: dict, backend: str, M: int, N: int, elem_bytes: int, activation: Optional[str]) -> float:
     """The activation's arithmetic in ``backend``'s epilogue (``alu_ps`` per output element; a gated pair
     ("silu_mul") is its gate's activation over N/2 outputs; ``priced_activation`` names the one-MUFU forms)."""
-    if not activation or activation == "none":
+    name = alu_name(activation, elem_bytes)
+    if name is None:
         return 0.0
-    gated = activation.endswith("_mul")
-    name = activation[:-len("_mul")] if gated else activation
-    if name == "gelu" and elem_bytes == 4:
-        name = "gelu_fp32"
-    return M * (N // 2 if gated else N) * cal[backend].get("alu_ps", {}).get(name, 0.0) * 1e-9
+    outputs = N // 2 if activation.endswith("_mul") else N
+    return M * outputs * cal[backend].get("alu_ps", {}).get(name, 0.0) * 1e-9
 
 
 def gemm_ms(cal: dict, backend: str, M: int, N: int, K: int, elem_bytes: int = 2, kind: str = "plain",

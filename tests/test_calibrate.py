@@ -62,6 +62,23 @@ def test_fit_recovers_known_constants():
     assert fitted["triton"]["eff"] == pytest.approx(0.6, rel=0.05)
 
 
+def test_fit_recovers_the_activations_costs():
+    """Times generated with twice the committed Triton cost per output element of SiLU and GELU: the command's fit
+    (``fit_alu``) recovers those costs and predicts every time within 1.5 %; without it the activation sites
+    stay off."""
+    truth = _changed_h200()
+    truth["triton"]["alu_ps"] = dict(truth["triton"]["alu_ps"], silu=1.2, gelu=1.6)
+    records = _synthetic(truth)
+    fitted = calibrate.fit(records, cm.CALIBRATION[H200], fit_alu=True)
+    assert max(calibrate.errors(fitted, records)["triton"]) < 0.015
+    assert fitted["triton"]["alu_ps"]["silu"] == pytest.approx(1.2, rel=0.1)
+    assert fitted["triton"]["alu_ps"]["gelu"] == pytest.approx(1.6, rel=0.1)
+    assert fitted["triton"]["alu_ps"]["relu"] == cm.CALIBRATION[H200]["triton"]["alu_ps"]["relu"]  # no record
+    kept = calibrate.fit(records, cm.CALIBRATION[H200])
+    assert kept["triton"]["alu_ps"] == cm.CALIBRATION[H200]["triton"]["alu_ps"]
+    assert max(calibrate.errors(kept, records)["triton"]) > 0.02
+
+
 def test_calibration_file_overrides_the_committed_table(tmp_path, caplog):
     """A file in <cache folder>/calibration/ is the GPU model's constants (a made-up GPU gets some; the H200's
     replace the committed ones), read once per process; without a file the committed table stands."""

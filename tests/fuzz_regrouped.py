@@ -2,7 +2,8 @@
 
 Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an activation or a gated pair, with or
 without the stored pre-activation; producer: bias, residual (optionally normalized on load) and RMSNorm or LayerNorm partial statistics,
-the stream's mean up to 1000 σ), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
+the stream's mean up to 1000 σ; per_head: a q/k projection with a per-head RMSNorm (QK-norm), with or without the
+input's row norm, a bias, the rotate-half RoPE and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
 a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
 for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from norm_fusion_inductor import regrouped
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
 
-FAMILIES = ("consumer", "producer")
+FAMILIES = ("consumer", "producer", "per_head")
 
 
 def _operand(rng: random.Random, rows: int, cols: int, device, dtype, layout: str) -> torch.Tensor:
@@ -52,21 +53,30 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
         activation = rng.choice(eg.ACTIVATIONS + eg.GATED)
         epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "ln"]), bias=rng.random() < 0.5, activation=activation,
                                write_aux=activation not in eg.GATED and activation != "none" and rng.random() < 0.5)
-    else:
+    elif family == "producer":
         epilogue = eg.Epilogue(bias=True, residual=True, stats=rng.choice(["rms", "ln"]),
                                residual_norm=rng.choice(["none", "rms", "ln"]))
+    else:
+        epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "rms", "ln", "none"]), bias=rng.random() < 0.3,
+                               write_aux=rng.random() < 0.5,
+                               head_dim=rng.choice([16, 32, 64, 128] if device == "cuda" else [8, 16]),
+                               rope=rng.random() < 0.7)
     sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
     M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
     K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
     if epilogue.gated:
         N += N % 2
+    if epilogue.head_dim:  # whole heads
+        N = epilogue.head_dim * rng.randint(1, 16 if device == "cuda" else 3)
     return dict(family=family, epilogue=epilogue, M=M, K=K, N=N, dtype=rng.choice(dtypes),
                 w_kn=rng.random() < 0.3, layout_a=rng.choice(["contiguous", "contiguous", "sliced", "transposed"]),
                 layout_r=rng.choice(["contiguous", "sliced"]), shift=rng.choice([0.0, 0.0, 100.0, 1000.0]))
 
 
-def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None, res_norm=None):
-    """(out, z) of the epilogue GEMM in float64, written from the module doc of kernels/epilogue_gemm.py."""
+def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None, res_norm=None,
+                head=None):
+    """(out, z) of the epilogue GEMM in float64, written from the module doc of kernels/epilogue_gemm.py.
+    ``head``: (weight, eps, cos, sin) of a per-head norm (cos, sin None without RoPE)."""
     acc = a.double() @ (w.double() if w_kn else w.double().t())
     if epilogue.row_norm != "none":
         acc = acc * scale.double()[:, None]
@@ -85,6 +95,15 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
             if res_norm.bias is not None:
                 r = r + res_norm.bias.double()
         acc = acc + r
+    if epilogue.head_dim:
+        weight, eps, cos, sin = head
+        D = epilogue.head_dim
+        z = acc.view(acc.shape[0], -1, D)
+        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
+        if cos is not None:
+            rotated = torch.cat([-z[..., D // 2:], z[..., :D // 2]], -1)
+            z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
+        return z.reshape(acc.shape), acc
     acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
             "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
     if epilogue.gated:
@@ -117,12 +136,24 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
                                    torch.randn(M, device=device) if e.residual_norm == "ln" else None,
                                    torch.rand(N, device=device) + 0.5 if rng.random() < 0.8 else None,
                                    torch.randn(N, device=device) if e.residual_norm == "ln" else None)
+    head, head_args = None, {}
+    if e.head_dim:  # the per-head norm's weight and eps, the rotary tables of random positions
+        D = e.head_dim
+        weight = (torch.rand(D, device=device) + 0.5).to(dt)
+        cos = sin = None
+        if e.rope:
+            positions = torch.randint(0, 4096, (M,), generator=torch.Generator().manual_seed(M)).double()
+            angles = positions[:, None] / (10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))[None, :]
+            angles = torch.cat([angles, angles], -1)
+            cos, sin = angles.cos().to(device, dt), angles.sin().to(device, dt)
+        head = (weight, 1e-6, cos, sin)
+        head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin)
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do
     out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
                                                  e.write_aux, e.stats, case["w_kn"], e.residual_norm,
                                                  *((res_norm.scale, res_norm.shift, res_norm.weight, res_norm.bias)
-                                                   if res_norm else (None,) * 4), backend=backend)
-    ref, z = reference64(a, w, e, case["w_kn"], bias, residual, scale, shift, u, res_norm)
+                                                   if res_norm else (None,) * 4), backend=backend, **head_args)
+    ref, z = reference64(a, w, e, case["w_kn"], bias, residual, scale, shift, u, res_norm, head)
     tol = 1e-4 if dt == torch.float32 else 2e-2
     err = _rel(out, ref)
     assert torch.isfinite(out).all() and err < tol, f"output error {err:.2e} (tol {tol}) in {case}"

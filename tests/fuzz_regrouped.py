@@ -12,7 +12,6 @@ for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
     python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
     python tests/fuzz_regrouped.py --cases 100 --backend quack   # the Quack backend (JIT per new shape: seconds)
     python tests/fuzz_regrouped.py --cases 1000 --workers 6       # the same cases in six processes (compiles in parallel)
-    python tests/fuzz_regrouped.py --cases 3000 --workers 8 --time-limit 500   # as many as fit in 500 s
 
 On the GPU each case runs one block config drawn with it (every config gets exercised, and one compile per case
 instead of the tuner's eight); the cost is Triton's compile of each new specialization, hence the workers. The

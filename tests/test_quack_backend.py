@@ -403,6 +403,33 @@ def test_model_trains_through_quack():
     assert not regrouped.QUACK_FAILED, regrouped.QUACK_FAILED
 
 
+@pytest.mark.skipif(not QUACK, reason="needs quack-kernels on an sm_90/sm_100 GPU")
+def test_quack_under_cuda_graphs():
+    """mode "reduce-overhead" (CUDA graphs replay the step, so Quack's op calls cost no host time): the tower's
+    GEMMs on Quack, replayed on fresh inputs copied into the same tensor, each against float64, outputs poisoned
+    between replays."""
+    torch.manual_seed(0)
+    model = _RMSTower().cuda().to(torch.bfloat16).eval()
+    ref64 = _RMSTower().cuda().double().eval()
+    ref64.load_state_dict(model.state_dict())
+    opts = {"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("quack",)},
+            "triton.cudagraphs": True}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="norm_fusion", options=opts)
+    x = torch.empty(8, 512, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for step in range(4):  # warm-up, record, then replays
+            x.copy_(torch.randn_like(x))
+            torch.compiler.cudagraph_mark_step_begin()
+            out = compiled(x)
+            assert rel(out, ref64(x.double())) < 1e-2, step
+            out.fill_(float("nan"))  # the next replay must write every element again
+    quack_sites = [s for s in nfi.reports() if s.rewritten and "regrouped_quack" in s.implementation]
+    assert quack_sites, [(s.rewritten, s.implementation, s.reason) for s in nfi.reports()]
+    assert not regrouped.QUACK_FAILED, regrouped.QUACK_FAILED
+
+
 def test_quack_config_is_kept_with_the_measurement(monkeypatch, tmp_path):
     """The shortlist config Quack ran with when the selection measured a GEMM is stored with the measurement; a
     later process that reads the measurement from the disk cache runs that config (with or without a bias)

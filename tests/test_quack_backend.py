@@ -230,7 +230,7 @@ def _fake_timings(monkeypatch, gpu_ms: dict, host: float, predicted: dict):
     monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), gpu_ms[next(order)])[1])
     monkeypatch.setattr(selection, "host_ms", lambda fn: host)
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
-    monkeypatch.setattr(selection, "_predicted", lambda site: dict(predicted))
+    monkeypatch.setattr(selection, "_predicted", lambda site, cache_root=None: dict(predicted))
 
 
 SCREEN_SITE = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
@@ -441,7 +441,7 @@ def test_quack_config_is_kept_with_the_measurement(monkeypatch, tmp_path):
     site = selection.EpilogueSite(4096, 256, 512, torch.bfloat16, torch.device("cuda"), "rms", "silu_mul", False,
                                   "none", False, False, 4096)
     chosen = dict(qg.SM90_SHORTLIST[2])
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: dict(
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
         mm_ms=1.0, saved_ms=0.1, triton_ms=1.0, quack_ms=0.9, quack_config=chosen))
     selection._cached_epilogue(site, config)
 

@@ -514,7 +514,7 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train, 
 
     real = selection._measure_epilogue
 
-    def measured(site, screen=None):  # the real tuning (its config compiles at this shape), every GEMM a winner
+    def measured(site, screen=None, cache_root=None):  # the real tuning (its config compiles at this shape), every GEMM a winner
         return dict(real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1)
 
     # patched under the disk cache (tmp_path: fresh), which measures outside Inductor's fake mode
@@ -564,7 +564,7 @@ def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
     monkeypatch.setattr(GraphLowering, "save_output_code", staticmethod(codes.append))
 
     real = selection._measure_epilogue
-    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None: dict(
+    monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
         real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
     torch.manual_seed(9)
     model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).eval()

@@ -52,7 +52,7 @@ def m_bucket(m: int) -> int:
 # configs timed within this factor of the fastest's first timing are timed again, interleaved: one timing per
 # config once picked a config 1.17x slower than the usual one (rms + GELU at 131072x512x1024)
 FINALIST_SPREAD = 1.05
-MAX_FINALISTS = 3
+MAX_FINALISTS = 2  # each re-timing costs the first compile ~0.05–0.1 s
 FINALIST_ROUNDS = 3
 
 

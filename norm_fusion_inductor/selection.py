@@ -750,9 +750,10 @@ def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch
     screen = _screen(config, direct_launch)
     gpu = torch.cuda.get_device_name(site.device)
     # the cost model's constants decide what the screen leaves out: a new calibration file measures again
+    calibration = cost_model.calibration_hash(gpu, config.cache_root)
     key = "|".join(str(v) for v in (gpu, torch.__version__, triton.__version__,
                                       _kernel_source_hash(eg), repr(tuning.current()), quack,
-                                      _kernel_source_hash(qg), "epilogue", cost_model.calibration_hash(gpu, config.cache_root),
+                                      _kernel_source_hash(qg), "epilogue", calibration,
                                       eg.m_bucket(site.M), *dataclasses.astuple(site)[1:], *screen))
     times = _disk_cached(key, config, lambda: _measure_epilogue(site, screen, config.cache_root))
     if times.get("quack_config"):  # measured in an earlier process: the op runs that config, not a new tuning

@@ -19,8 +19,9 @@ so that each site (shape, kind, aux, activation) weighs the same however often i
 (``mu`` = 1: ``eff`` is that kind's); the ``TIED`` constants of the epilogue GEMMs are cuBLAS's. With
 ``fit_alu`` (the command) the Triton epilogue's cost per output element of each activation the records have
 (``alu_ps``, within ``ALU_BOUNDS``) is fitted too; else (``benchmarks/cost_model.py``, whose ``alu_ps`` were
-measured piece by piece) they stay as in the starting table. The command's fit starts from the GPU model's committed table, else from the reference GPU's with this GPU's hardware
-data (``hardware``), to which ``fit_bounds`` scales the copy's bounds.
+measured piece by piece) they stay as in the starting table. The command's fit starts from the GPU model's
+committed table, else from the reference GPU's with this GPU's hardware data (``hardware``), to which
+``fit_bounds`` scales the copy's bounds.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ qk)
   timeout ${QK_LIMIT:-240} python -m pytest tests/test_regrouped.py -v -x -p no:warnings --durations=5 -k "per_head or qk_norm_and_rope" 2>&1 | tail -25 | tee $OUT/tests_qk.log
   ;;
 fuzz)
-  timeout ${LIMIT:-540} python tests/fuzz_regrouped.py --cases 4000 --workers 8 --time-limit $(( ${LIMIT:-540} - 70 )) 2>&1 \
+  timeout ${LIMIT:-540} python tests/fuzz_regrouped.py --cases 4000 --workers 12 --time-limit $(( ${LIMIT:-540} - 70 )) 2>&1 \
      | grep -v "runs its torch reference" | tee $OUT/fuzz.log | grep -v "cases, 0 wrong$"
   ;;
 fuzz_quack)

@@ -8,7 +8,7 @@ a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
 for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
 
-    python tests/fuzz_regrouped.py --cases 4000 --workers 8 --time-limit 470   # on the GPU: one device call
+    python tests/fuzz_regrouped.py --cases 4000 --workers 12 --time-limit 470   # on the GPU: one device call
     python tests/fuzz_regrouped.py --cases 20 --max-m 64   # CPU (TRITON_INTERPRET=1)
     python tests/fuzz_regrouped.py --cases 100 --backend quack   # the Quack backend (JIT per new shape: seconds)
     python tests/fuzz_regrouped.py --cases 1000 --workers 6       # the same cases in six processes (compiles in parallel)

@@ -62,6 +62,13 @@ def _qwen3(t, hidden, layers):
     return _decoder(t.Qwen3ForCausalLM, t.Qwen3Config, hidden, layers, num_key_value_heads=2, head_dim=hidden // 4)
 
 
+def _cohere(t, hidden, layers):
+    """Parallel blocks (one LayerNorm feeds attention and the MLP), its LayerNorm written out (two-pass variance,
+    no bias), a scaled lm_head."""
+    return _decoder(t.CohereForCausalLM, t.CohereConfig, hidden, layers, num_key_value_heads=2, pad_token_id=0,
+                    bos_token_id=0, eos_token_id=0)
+
+
 def _t5(t, hidden, layers):
     return t.T5ForConditionalGeneration, t.T5Config, dict(
         vocab_size=VOCAB, d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=layers, num_heads=4,
@@ -88,8 +95,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "olmo2": _olmo2, "qwen3": _qwen3, "t5": _t5, "gpt2": _gpt2, "bert": _bert,
-                                 "vit": _vit}
+                                 "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2,
+                                 "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -484,13 +484,24 @@ def _eps(match: pm.Match):
     return match.kwargs["eps"]
 
 
+def is_row_mean(node: Node) -> bool:
+    """Whether ``node`` is a LayerNorm's row mean: var_mean's mean, or a mean that is not of squares (the
+    written-out form's first reduction; an RMSNorm's and the variance's are of a pow)."""
+    if node.target is operator.getitem and node.args[0].target == aten.var_mean.correction:
+        return node.args[1] == 1
+    return node.target == aten.mean.dim and getattr(node.args[0], "target", None) != aten.pow.Tensor_Scalar
+
+
 def _stat_readers(match: pm.Match, stats: dict) -> dict:
-    """{output index: [(reader, node)]} for every reader of a statistic outside the matched norm."""
+    """{output index: [(reader, node)]} for every reader of a statistic outside the matched norm (``stats``:
+    keyed by node target, ("var_mean", output) for var_mean's outputs, "mean" for a written-out row mean)."""
     nodes = set(match.nodes)
     readers: dict = {}
     for node in match.nodes:
         if node.target is operator.getitem and node.args[0].target == aten.var_mean.correction:
             index = stats.get(("var_mean", node.args[1]))  # var_mean's outputs: (var, mean)
+        elif node.target == aten.mean.dim and is_row_mean(node):
+            index = stats.get("mean")
         else:
             index = stats.get(node.target)
         if index is not None:
@@ -518,7 +529,11 @@ def _norm_input(rsqrt: Node) -> Optional[tuple[str, Node]]:
     if getattr(stat, "target", None) == aten.mean.dim:
         square = stat.args[0]
         if getattr(square, "target", None) == aten.pow.Tensor_Scalar and square.args[1] == 2:
-            return "rms", square.args[0]
+            base = square.args[0]  # x, or x − mean(x): the written-out LayerNorm's variance
+            if (getattr(base, "target", None) == aten.sub.Tensor and is_row_mean(base.args[1])
+                    and base.args[1].args[0] is base.args[0]):
+                return "ln", base.args[0]
+            return "rms", base
     return None
 
 

@@ -43,7 +43,7 @@ from torch.fx import Graph, Node
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
 from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, backward_reads_normed,
-                     flattened_users, size_hint)
+                     flattened_users, is_row_mean, size_hint)
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -368,7 +368,7 @@ def _stat_nodes(match: pm.Match) -> tuple[Optional[Node], Optional[Node]]:
     for node in match.nodes:
         if node.target == aten.rsqrt.default:
             rstd = node
-        elif node.target is operator.getitem and node.args[0].target == aten.var_mean.correction and node.args[1] == 1:
+        elif node.target in (operator.getitem, aten.mean.dim) and is_row_mean(node):
             mean = node
     return rstd, mean
 

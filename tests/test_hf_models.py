@@ -32,6 +32,8 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     by d_model^-0.5 before the tied lm_head) but the encoder's final norm: the model also returns it
 #     (encoder_last_hidden_state), so the regrouped family declines it; it follows the last FFN's output
 #     projection + residual and is fused as its epilogue (post-norm).
+# cohere: one LayerNorm per (parallel) layer feeds q/k/v and gate/up, plus the final norm → lm_head: all regrouped,
+#     the LayerNorm written out (mean, then the variance of the centred values).
 # gpt2: ln_1 → c_attn and ln_2 → c_fc (Conv1D: x @ W, W [K, N]) per layer; ln_f → lm_head: all regrouped.
 # vit: layernorm_before → q/k/v, layernorm_after → intermediate per layer (regrouped); the final norm reaches the
 #      classifier through the CLS-token slice, and follows the last MLP's output + residual: post-norm.
@@ -44,6 +46,7 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
+            "cohere": {"regrouped_norm": 3},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
 QK_NORMS = {"gemma3": 2, "qwen3": 2}  # regrouped q/k/v sites with QK-norm + RoPE in the epilogue

@@ -131,11 +131,6 @@ def _summed_rel(sums: collections.Counter, name: str) -> float:
     return err / ref if ref > 0 else err
 
 
-def _rel(out, ref) -> float:
-    denom = ref.double().norm()
-    return ((out.double() - ref.double()).norm() / denom).item() if denom > 0 else (out.double() - ref).norm().item()
-
-
 def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, str]:
     """("kernel" | "fallback", detail); raises AssertionError on a wrong result. ``backend``: the op's GEMM
     backend (a case Quack does not take runs on the Triton kernel, as in the op)."""

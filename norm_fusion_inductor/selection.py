@@ -809,7 +809,6 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
     tuning compiles a handful of configs), its reason kept as ``<backend>_reason``."""
     from . import regrouped
     from .kernels import epilogue_gemm as eg
-    from .kernels import quack_epilogue_gemm as qg
 
     M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
     a = torch.randn(M, K, device=dev, dtype=dt)

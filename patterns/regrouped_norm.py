@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
 from typing import Callable, Optional
 
 import torch
@@ -43,7 +42,7 @@ from torch.fx import Graph, Node
 from norm_fusion_inductor import regrouped  # noqa: F401  (registers torch.ops.norm_fusion.epilogue_gemm)
 
 from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, backward_reads_normed,
-                     flattened_users, is_row_mean, size_hint)
+                     is_row_mean, size_hint)
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -368,7 +367,7 @@ def _stat_nodes(match: pm.Match) -> tuple[Optional[Node], Optional[Node]]:
     for node in match.nodes:
         if node.target == aten.rsqrt.default:
             rstd = node
-        elif node.target in (operator.getitem, aten.mean.dim) and is_row_mean(node):
+        elif is_row_mean(node):
             mean = node
     return rstd, mean
 

@@ -573,7 +573,8 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
         FAST_SIGMOID=fast_sigmoid(out.dtype, device),
         LOAD_AFTER_MAINLOOP=tuning.current().epilogue_load_after_mainloop,
-        STATS=STATS[epilogue.stats], STATS_WIDTH=stats_width(device), NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
+        STATS=STATS[epilogue.stats], STATS_WIDTH=stats_width(device),
+        NORM_BACKWARD=NORM_BACKWARDS.index(epilogue.norm_backward), W_KN=w_kn,
         DOT_PRECISION=dot_precision,
         NUM_SMS=programs, **cfg,
     )

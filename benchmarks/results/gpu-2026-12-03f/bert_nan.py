@@ -14,6 +14,10 @@ from norm_fusion_inductor.hf_models import VOCAB, tiny_model
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
 from norm_fusion_inductor.kernels import tuning
 
+for arg in sys.argv:  # cap=GB: the process's memory capped (a GPU shared with other processes, as in call_a)
+    if arg.startswith("cap="):
+        torch.cuda.set_per_process_memory_fraction(
+            float(arg[4:]) * 2**30 / torch.cuda.get_device_properties(0).total_memory)
 LAYERS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 KW = dict(hidden=768, layers=LAYERS, intermediate_size=3072, max_position_embeddings=512)
 torch.manual_seed(0)
@@ -98,7 +102,7 @@ for name, options, tune, train, wrap in variants:
 
 print("configs tuned in this process:", eg.tuned_configs(), sep="\n", flush=True)
 print("every config of each GEMM seen:", flush=True)
-for (epilogue, ashape, wshape, dtype, w_kn), t in SEEN.items():
+for (epilogue, ashape, wshape, dtype, w_kn), t in (SEEN if "noconfigs" not in sys.argv else {}).items():
     ref = regrouped.reference(t["a"], t["w"], t["bias"], t["residual"], t["scale"], t["shift"], t["u"], epilogue,
                               w_kn, t["residual_norm"], t["head_norm"])
     rows = collections.Counter()

@@ -75,6 +75,10 @@ BLOCKS = {
     "qwen3_1p7b_layer": dict(kind="hf", family="qwen3", hidden=2048, batch=4, seq=2048,
                              config=dict(intermediate_size=6144, num_attention_heads=16, num_key_value_heads=8,
                                          head_dim=128, max_position_embeddings=4096)),
+    # QK-norm relative to its q/k projection: twice the 1.7B layer's work per token on the norm side (issue 26)
+    "qwen3_8b_layer": dict(kind="hf", family="qwen3", hidden=4096, batch=4, seq=2048,
+                           config=dict(intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+                                       head_dim=128, max_position_embeddings=4096)),
 }
 SMOKE = {
     "recsys_ln_tower": dict(BLOCKS["recsys_ln_tower"], rows=64, width=32, hidden=64),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -81,6 +82,7 @@ def train(model, data: list, lr: float) -> tuple[list, float]:
 def run_model(name: str, spec: tuple, args) -> dict:
     import norm_fusion_inductor as nfi
     from norm_fusion_inductor.hf_models import VOCAB, tiny_model
+    from norm_fusion_inductor.kernels.epilogue_gemm import tuned_configs
 
     family, kwargs, batch, seq = spec
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -102,7 +104,11 @@ def run_model(name: str, spec: tuple, args) -> dict:
         losses, peak = train(torch.compile(model, **compile_kwargs), data, args.lr)
         row[cname] = dict(losses=losses, peak_mb=peak, seconds=time.perf_counter() - start,
                           rewritten=sum(s.rewritten for s in nfi.reports()),
-                          sites=len(nfi.reports()))
+                          sites=len(nfi.reports()),
+                          nonfinite_from=next((i for i, x in enumerate(losses) if not math.isfinite(x)), None),
+                          site_reports=[f"{s.node}: {s.implementation} {s.rewritten} {s.reason}"
+                                        for s in nfi.reports()],
+                          tuned_configs=tuned_configs())
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -153,6 +159,10 @@ def main(argv=None) -> int:
     print("PASS" if ok else "FAIL", f"(default's loss fell below {LEARNED:.0%} of its first, each plugin compiler's "
           f"within {args.tolerance:.0%} of default's over the last {args.window} steps, peak memory within 1 %)")
     for row in rows:
+        for cname in ("default", "norm_fusion", "norm_fusion_always"):
+            if row[cname]["nonfinite_from"] is not None:  # what ran, for the diagnosis (the JSON has the configs)
+                print(f"{row['model']}, {cname}: the loss is not finite from step {row[cname]['nonfinite_from']}; "
+                      "its sites:", *row[cname]["site_reports"], sep="\n  ")
         if not row["learned"]:
             print(f"{row['model']}: the task was not learned in {args.steps} steps (default's loss "
                   f"{row['default']['losses'][0]:.3f} -> {row['default']['final']:.3f})")

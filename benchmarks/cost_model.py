@@ -145,7 +145,8 @@ def _norm_of(block: str, site: str, text: str) -> Optional[str]:
 
 # the activation after each block's norm consumer, for reasons that do not name it (unfused sites, older rounds)
 BLOCK_ACTIVATIONS = {"recsys_ln_tower": "gelu", "recsys_rms_tower": "silu", "bert_base_layer": "gelu",
-                     "gpt2_medium_layer": "gelu_tanh", "llama3_8b_layer": "silu", "qwen3_1p7b_layer": "silu"}
+                     "gpt2_medium_layer": "gelu_tanh", "llama3_8b_layer": "silu", "qwen3_1p7b_layer": "silu",
+                     "qwen3_8b_layer": "silu"}
 
 
 def _block_activation(block: str, kind: str) -> Optional[str]:

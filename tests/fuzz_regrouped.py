@@ -262,34 +262,34 @@ def main() -> int:
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.workers > 1:
-        return _run_workers(args)
+        argv = ["--cases", str(args.cases), "--seed", str(args.seed), "--max-m", str(args.max_m), "--backend",
+                args.backend] + (["--time-limit", str(args.time_limit)] if args.time_limit else [])
+        return run_workers(__file__, argv, args.workers, FAMILIES)
     if args.shards > 1 and device == "cuda":  # a worker: its share of the GPU, so that one large case cannot
         torch.cuda.set_per_process_memory_fraction(0.9 / args.shards)  # starve the others
     summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50 // args.shards or 1,
                   shard=args.shard, shards=args.shards, time_limit=args.time_limit)
-    if args.summary_json:  # a worker: _run_workers reads it back
+    if args.summary_json:  # a worker: run_workers reads it back
         with open(args.summary_json, "w") as f:
             json.dump({family: dict(c) for family, c in summary.items()}, f)
         return 0
-    _print_summary(summary)
+    print_summary(summary)
     return 0
 
 
-def _run_workers(args) -> int:
-    """The cases split over ``args.workers`` processes, their output (progress, a failure's traceback) printed as
-    it comes, their summaries merged; the summary says how many workers stopped on a failure."""
+def run_workers(script: str, argv: list, workers: int, families) -> int:
+    """``script argv`` split over ``workers`` processes (``--shards``, ``--shard``, ``--summary-json``), their
+    output (progress, a failure's traceback) printed as it comes, their summaries merged; the summary says how
+    many workers stopped on a failure."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [f"{tmp}/worker{i}.json" for i in range(args.workers)]
-        base = [sys.executable, __file__, "--cases", str(args.cases), "--seed", str(args.seed), "--max-m",
-                str(args.max_m), "--backend", args.backend, "--shards", str(args.workers)]
-        if args.time_limit:
-            base += ["--time-limit", str(args.time_limit)]
+        paths = [f"{tmp}/worker{i}.json" for i in range(workers)]
+        base = [sys.executable, script, *argv, "--shards", str(workers)]
         procs = [subprocess.Popen(base + ["--shard", str(i), "--summary-json", path]) for i, path in enumerate(paths)]
         failed = sum(proc.wait() != 0 for proc in procs)
-        summary = {f: collections.Counter() for f in FAMILIES}
+        summary = {f: collections.Counter() for f in families}
         for path in paths:
             try:
                 with open(path) as f:
@@ -297,17 +297,20 @@ def _run_workers(args) -> int:
                         summary[family].update(counts)
             except FileNotFoundError:  # that worker failed before its summary
                 pass
-    _print_summary(summary, failed)
+    print_summary(summary, failed)
     return 1 if failed else 0
 
 
-def _print_summary(summary: dict, failed_workers: int = 0) -> None:
+def print_summary(summary: dict, failed_workers: int = 0) -> None:
+    """Per family: the cases (a "cases" count where the outcomes are not one per case), then each outcome."""
     if failed_workers:
         print(f"{failed_workers} worker(s) stopped on a failure (above); the counts are of the cases run before")
     for family, counts in summary.items():
-        print(f"{family}: {sum(counts.values())} cases{'' if failed_workers else ', 0 wrong'}")
+        cases = counts["cases"] if "cases" in counts else sum(counts.values())
+        print(f"{family}: {cases} cases{'' if failed_workers else ', 0 wrong'}")
         for outcome, n in counts.most_common():
-            print(f"  {n:5d}  {outcome}")
+            if outcome != "cases":
+                print(f"  {n:5d}  {outcome}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor import regrouped
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
-from tests import fuzz_regrouped
+from tests import fuzz_models, fuzz_regrouped
 
 CUDA = torch.cuda.is_available()
 REGROUPED = {"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS}}
@@ -906,6 +906,22 @@ def test_fuzzed_cases_match_float64():
     # a time limit already passed: no case starts, and the summary says so
     assert sum(sum(c.values()) for c in fuzz_regrouped.run(cases=4, seed=7, device=DEVICE, max_m=48,
                                                            time_limit=1e-9).values()) == 0
+
+
+def test_fuzzed_models_match_float64():
+    """Two of tests/fuzz_models.py's random models (a post-norm stack in fp16 inference, a post/pre-norm mix in
+    fp32 training), compiled with every site fused: right against float64, every site with a reason."""
+    summary = fuzz_models.run(cases=2, seed=9, device=DEVICE, max_m=4096 if CUDA else 24)
+    assert sum(c["cases"] for c in summary.values()) == 2
+    assert sum(c["rewritten"] for c in summary.values()) >= 3, summary  # the cases are not all fallbacks
+
+
+def test_model_fuzz_catches_wrong_statistics(monkeypatch):
+    """The model fuzz fails a case whose fused sites compute rstd 1 % off (a producer's statistics)."""
+    finish = regrouped.finish_stats
+    monkeypatch.setattr(regrouped, "finish_stats", lambda *a: (finish(*a)[0] * 1.01, finish(*a)[1]))
+    with pytest.raises(AssertionError, match="error"):
+        fuzz_models.run(cases=1, seed=9, device=DEVICE, max_m=4096 if CUDA else 24)
 
 
 def test_gated_output_alignment_reason_names_the_half_width():

@@ -1,0 +1,313 @@
+"""Randomized models through ``torch.compile(backend="norm_fusion")`` against eager and float64.
+
+Each case builds a small random model from the structures the rewrites look for, stacked one to three deep:
+pre-norm blocks (a norm feeding one projection with an activation, a gated pair as Llama's MLP, or three
+projections as attention's q/k/v, back into the residual stream; a final norm and head), post-norm blocks (the
+stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the forms real models
+write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers' Llama, T5 and
+Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and zeros, which hide
+a missing γ or β). The input is 2-D or 3-D, contiguous, transposed or sliced, with a mean up to 1000 σ; fp32 or
+fp16 (bf16 too on the GPU); inference or training. Compiled with policy "always" (every site the rewrites find is
+fused, whether faster or not), each case must match float64 within tolerance, or within twice eager's own error
+where that is larger — the output and, in training, the input's and every parameter's gradient — and every site
+the plugin reports must say why it was or was not rewritten.
+
+    python tests/fuzz_models.py --cases 200 --workers 12 --time-limit 470   # the GPU: one device call
+    python tests/fuzz_models.py --cases 4                                     # CPU (TRITON_INTERPRET=1): slow
+
+On the GPU each GEMM the plugin tunes runs one block config drawn with the case (the tuner's memo is filled as
+usual, so the sites still launch from Inductor's code), instead of timing eight: a compile per config is the cost.
+``tests/test_regrouped.py`` runs two CPU cases in the normal suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():  # Triton reads it when a kernel is defined: before the package is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests` as a package when run as a script
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import norm_fusion_inductor as nfi  # noqa: E402
+from norm_fusion_inductor.kernels import epilogue_gemm as eg  # noqa: E402
+from norm_fusion_inductor.kernels import tuning  # noqa: E402
+from tests.fuzz_regrouped import print_summary, run_workers  # noqa: E402
+from tests.helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err  # noqa: E402
+
+FAMILIES = ("pre_norm", "post_norm", "mixed")
+# fp32: a regrouped LayerNorm subtracts μ·Σ(W·γ) after its GEMM, whose fp32 sum then carries |μ|/σ times the
+# rounding of a centred one: ~1e-7·|μ|/σ measured (1.2e-4 at 1000 σ, where eager's own error is 3.6e-5)
+TOL = {torch.float32: 3e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+class FunctionalLayerNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d)), eps
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+class WrittenLayerNorm(nn.Module):
+    """Cohere's LayerNorm: the mean, then the variance of the centred values, in fp32, a weight and no bias."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        mean = x.mean(-1, keepdim=True)
+        variance = (x - mean).pow(2).mean(-1, keepdim=True)
+        x = (x - mean) * torch.rsqrt(variance + self.eps)
+        return (self.weight.to(torch.float32) * x).to(dtype)
+
+
+NORMS = {
+    "layer_norm": lambda d, eps: nn.LayerNorm(d, eps=eps),
+    "layer_norm_no_bias": lambda d, eps: nn.LayerNorm(d, eps=eps, bias=False),
+    "layer_norm_no_affine": lambda d, eps: nn.LayerNorm(d, eps=eps, elementwise_affine=False),
+    "functional_layer_norm": FunctionalLayerNorm,
+    "written_layer_norm": WrittenLayerNorm,
+    "rms_norm": lambda d, eps: nn.RMSNorm(d, eps=eps),
+    "rms_norm_no_affine": lambda d, eps: nn.RMSNorm(d, eps=eps, elementwise_affine=False),
+    "llama_rms_norm": lambda d, eps: LlamaRMSNorm(d, eps),
+    "t5_layer_norm": lambda d, eps: T5LayerNorm(d, eps),
+    "gemma_rms_norm": lambda d, eps: GemmaRMSNorm(d, eps),
+}
+ACTIVATIONS = {"none": lambda z: z, "relu": F.relu, "silu": F.silu, "gelu": F.gelu,
+               "gelu_tanh": lambda z: F.gelu(z, approximate="tanh")}
+
+
+class PreNormBlock(nn.Module):
+    """x + down(mlp(norm(x))): mlp one projection and an activation, a gated pair act(gate(h))·up(h), or the
+    sum of three projections (attention's q/k/v, without the attention)."""
+
+    def __init__(self, norm, d, ff, kind, act, bias):
+        super().__init__()
+        self.norm, self.kind, self.act = norm, kind, ACTIVATIONS[act]
+        self.projections = nn.ModuleList(nn.Linear(d, ff, bias=bias) for _ in range({"plain": 1, "gated": 2,
+                                                                                     "qkv": 3}[kind]))
+        self.down = nn.Linear(ff, d, bias=bias)
+
+    def forward(self, x):
+        h = self.norm(x)
+        if self.kind == "gated":
+            y = self.act(self.projections[0](h)) * self.projections[1](h)
+        elif self.kind == "qkv":
+            y = sum(p(h) for p in self.projections)
+        else:
+            y = self.act(self.projections[0](h))
+        return x + self.down(y)
+
+
+class PostNormBlock(nn.Module):
+    """norm(x + out(act(inner(x)))), as BERT's attention and FFN outputs."""
+
+    def __init__(self, norm, d, ff, act, bias):
+        super().__init__()
+        self.norm, self.act = norm, ACTIVATIONS[act]
+        self.inner, self.out = nn.Linear(d, ff, bias=bias), nn.Linear(ff, d, bias=bias)
+
+    def forward(self, x):
+        return self.norm(x + self.out(self.act(self.inner(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, blocks, final_norm, head):
+        super().__init__()
+        self.blocks, self.final_norm, self.head = nn.ModuleList(blocks), final_norm, head
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x) if self.final_norm is not None else x)
+
+
+def random_case(rng: random.Random, device: str, max_m: int) -> dict:
+    cuda = device == "cuda"
+    family = rng.choice(FAMILIES)
+    layers = rng.randint(2 if family == "mixed" else 1, 3)
+    kinds = {"pre_norm": ["pre"] * layers, "post_norm": ["post"] * layers,
+             "mixed": [rng.choice(["pre", "post"]) for _ in range(layers)]}[family]
+    if family == "mixed" and len(set(kinds)) == 1:  # both kinds, one after the other
+        kinds[-1] = "pre" if kinds[0] == "post" else "post"
+    dims = [256, 512, 1000, 1024, 2048] if cuda else [16, 32, 40, 64]
+    ffs = [512, 1024, 2816, 4096] if cuda else [32, 48, 64]
+    m = rng.choice([1, 7, rng.randint(1, max_m), max_m])
+    three_d = m > 1 and rng.random() < 0.5
+    batch = rng.choice([d for d in (2, 3, 4) if m % d == 0] or [1]) if three_d else None
+    dtypes = [torch.bfloat16, torch.float16, torch.float32] if cuda else [torch.float32, torch.float16]
+    train = rng.random() < 0.5
+    dtype = rng.choice(dtypes)
+    if not cuda and dtype == torch.float16:  # eager fp16 on the CPU: inference only, as the normal suite runs it
+        train = False
+    return dict(family=family, kinds=kinds, d=rng.choice(dims), ff=rng.choice(ffs), m=m, batch=batch,
+                dtype=dtype, train=train, eps=rng.choice([1e-5, 1e-6, 1e-12]), bias=rng.random() < 0.5,
+                norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
+                mlps=[rng.choice(["plain", "gated", "qkv"]) for _ in range(layers)],
+                acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
+                layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
+                mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64))
+
+
+def build(case: dict) -> Model:
+    torch.manual_seed(case["seed"])
+    d, ff, eps = case["d"], case["ff"], case["eps"]
+    blocks = []
+    for i, kind in enumerate(case["kinds"]):
+        norm = NORMS[case["norms"][i]](d, eps)
+        if kind == "pre":
+            blocks.append(PreNormBlock(norm, d, ff, case["mlps"][i], case["acts"][i], case["bias"]))
+        else:
+            blocks.append(PostNormBlock(norm, d, ff, case["acts"][i], case["bias"]))
+    final_norm = NORMS[case["norms"][-1]](d, eps) if case["kinds"][-1] == "pre" else None
+    model = Model(blocks, final_norm, nn.Linear(d, 64 if d > 64 else 24, bias=case["bias"]))
+    with torch.no_grad():  # weights that show a missing γ or β: γ near 1 (Gemma stores γ − 1), β near 0
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(0.1 * torch.randn_like(p) + (1.0 if name.endswith("weight") and p.abs().sum() > 0 else 0.0))
+    return model
+
+
+def make_input(case: dict, device: str) -> torch.Tensor:
+    """[m, d] or [batch, m/batch, d] in the case's layout, its rows' mean ``case["mean"]`` σ from 0."""
+    g = torch.Generator(device="cpu").manual_seed(case["seed"] + 1)
+    shape = (case["m"], case["d"]) if case["batch"] is None else (case["batch"], case["m"] // case["batch"], case["d"])
+    values = torch.randn(shape, generator=g) + case["mean"]
+    if case["layout"] == "transposed":  # the same values, the last dim not contiguous
+        return values.transpose(-1, -2).contiguous().to(device, case["dtype"]).transpose(-1, -2)
+    if case["layout"] == "sliced":  # a wider row stride
+        wide = torch.zeros(*shape[:-1], shape[-1] + 8)
+        wide[..., :shape[-1]] = values
+        return wide.to(device, case["dtype"])[..., :shape[-1]]
+    return values.to(device, case["dtype"])
+
+
+def check_case(case: dict, device: str) -> collections.Counter:
+    """The case's site outcomes ("rewritten", "not rewritten: REASON"); raises AssertionError on a wrong result or
+    a site without a reason."""
+    model = build(case).to(device, case["dtype"])
+    model64, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
+    torch._dynamo.reset()
+    nfi.clear_reports()
+    compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})
+    train, tol = case["train"], TOL[case["dtype"]]
+    x = make_input(case, device)
+    xc, x64, xe = (x.detach().clone().requires_grad_(train), x.detach().double().requires_grad_(train),
+                   x.detach().clone().requires_grad_(train))
+    with torch.set_grad_enabled(train):
+        out = compiled(xc)
+        ref = model64(x64)
+        eager_out = eager(xe)
+    assert torch.isfinite(out).all() or not torch.isfinite(eager_out).all(), f"non-finite output in {case}"
+    errors = {"output": (rel_err(out, ref), rel_err(eager_out, ref))}
+    if train:
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(case["seed"] + 2)).to(device)
+        out.backward(grad.to(out.dtype))
+        ref.backward(grad.double())
+        eager_out.backward(grad.to(out.dtype))
+        errors["input grad"] = (rel_err(xc.grad, x64.grad), rel_err(xe.grad, x64.grad))
+        for (name, p), p64, pe in zip(model.named_parameters(), model64.parameters(), eager.parameters()):
+            errors[f"grad of {name}"] = (rel_err(p.grad, p64.grad), rel_err(pe.grad, p64.grad))
+    for what, (err, eager_err) in errors.items():  # gradients: twice the tolerance (two GEMMs deep)
+        limit = max(tol * (2 if what != "output" else 1), 2 * eager_err)
+        assert err <= limit, (f"{what}: error {err:.2e} against float64 (limit {limit:.2e}, eager's "
+                              f"{eager_err:.2e}) in {case}")
+    outcomes = collections.Counter()
+    for site in nfi.reports():
+        assert site.reason, f"a site without a reason: {site.line()} in {case}"
+        outcomes["rewritten" if site.rewritten else f"not rewritten: {site.reason.split(';')[0][:90]}"] += 1
+    return outcomes
+
+
+def _drawn_config(case: dict):
+    """The tuner's ``fastest_config`` stand-in: the case's drawn config among those it would time (the next one
+    where a config does not compile or fit); the tuner's memo is filled as usual."""
+    def pick(configs, run, what, compile_only=None, time_one=None):
+        first = case["config"] % len(configs)
+        for cfg in configs[first:] + configs[:first]:
+            try:
+                run(cfg)
+                return cfg
+            except Exception:  # triton's OutOfResources, a compile error: what the tuner skips
+                continue
+        raise RuntimeError(f"no config runs for {what}")
+    return pick
+
+
+def run(cases: int, seed: int, device: str, max_m: int, progress: int = 0, shard: int = 0, shards: int = 1,
+        time_limit: float | None = None) -> dict:
+    """{family: Counter of site outcomes and cases}; raises on the first wrong case (module doc)."""
+    deadline = time.monotonic() + time_limit if time_limit else None
+    rng = random.Random(seed)
+    summary = {f: collections.Counter() for f in FAMILIES}
+    fastest_config = eg.fastest_config
+    with tuning.override(interpret_on_cpu=device == "cpu"):
+        for i in range(cases):
+            case = random_case(rng, device, max_m)
+            if i % shards != shard:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"time limit: stopped before case {i}", flush=True)
+                break
+            eg.fastest_config = _drawn_config(case)
+            try:
+                summary[case["family"]].update(check_case(case, device))
+                summary[case["family"]]["cases"] += 1
+            except torch.OutOfMemoryError:
+                summary[case["family"]]["cases skipped: out of memory"] += 1
+                torch.cuda.empty_cache()
+            finally:
+                eg.fastest_config = fastest_config
+            if progress and (i + 1) % progress == 0:
+                print(f"{i + 1} cases, 0 wrong", flush=True)
+    return summary
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-m", type=int, default=None, help="rows at most (default 16384 on the GPU, 24 on the CPU)")
+    p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
+    p.add_argument("--time-limit", type=float, help="seconds after which no new case starts")
+    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--summary-json", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    max_m = args.max_m or (16384 if device == "cuda" else 24)
+    if args.workers > 1:
+        argv = ["--cases", str(args.cases), "--seed", str(args.seed), "--max-m", str(max_m)]
+        return run_workers(__file__, argv + (["--time-limit", str(args.time_limit)] if args.time_limit else []),
+                           args.workers, FAMILIES)
+    if args.shards > 1 and device == "cuda":
+        torch.cuda.set_per_process_memory_fraction(0.8 / args.shards)
+    summary = run(args.cases, args.seed, device, max_m, progress=10 // args.shards or 1, shard=args.shard,
+                  shards=args.shards, time_limit=args.time_limit)
+    if args.summary_json:
+        with open(args.summary_json, "w") as f:
+            json.dump({family: dict(c) for family, c in summary.items()}, f)
+        return 0
+    print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

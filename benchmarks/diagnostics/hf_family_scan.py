@@ -16,6 +16,7 @@ extra = {
   "gpt_neox": dict(), "opt": dict(ffn_dim=128, word_embed_proj_dim=64, enable_bias=True), "mixtral": dict(num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1),
   "qwen3_moe": dict(num_key_value_heads=2, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=64, head_dim=16),
   "falcon": dict(), "gemma3_text": dict(num_key_value_heads=2, head_dim=16),
+  "gemma2": dict(num_key_value_heads=2, head_dim=16), "olmo2": dict(num_key_value_heads=2, pad_token_id=0),
 }[fam]
 cfg = t.AutoConfig.for_model(fam, **base, **extra)
 model = t.AutoModelForCausalLM.from_config(cfg).eval()

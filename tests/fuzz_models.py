@@ -1,16 +1,16 @@
 """Randomized models through ``torch.compile(backend="norm_fusion")`` against eager and float64.
 
-Each case builds a small random model from the structures the rewrites look for, stacked one to three deep:
-pre-norm blocks (a norm feeding one projection with an activation, a gated pair as Llama's MLP, or three
-projections as attention's q/k/v, back into the residual stream; a final norm and head), post-norm blocks (the
-stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the forms real models
-write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers' Llama, T5 and
-Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and zeros, which hide
-a missing γ or β). The input is 2-D or 3-D, contiguous, transposed or sliced, with a mean up to 1000 σ; fp32 or
-fp16 (bf16 too on the GPU); inference or training. Compiled with policy "always" (every site the rewrites find is
-fused, whether faster or not), each case must match float64 within tolerance, or within twice eager's own error
-where that is larger — the output and, in training, the input's and every parameter's gradient — and every site
-the plugin reports must say why it was or was not rewritten.
+Each case builds a small random model from the structures the rewrites look for, stacked one to three deep: pre-norm
+blocks (a norm feeding one projection with an activation, a gated pair as Llama's MLP, three projections summed, or
+causal attention with or without a per-head QK-norm and RoPE, back into the residual stream; a final norm and head),
+post-norm blocks (the stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the
+forms real models write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers'
+Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and
+zeros, which hide a missing γ or β). The input is 2-D or 3-D, contiguous, transposed or sliced, with a mean up to
+1000 σ; fp32 or fp16 (bf16 too on the GPU); inference or training. Compiled with policy "always" (every site the
+rewrites find is fused, whether faster or not), each case must match float64 within tolerance, or within twice
+eager's own error where that is larger — the output and, in training, the input's and every parameter's gradient —
+and every site the plugin reports must say why it was or was not rewritten.
 
     python tests/fuzz_models.py --cases 200 --workers 12 --time-limit 470   # the GPU: one device call
     python tests/fuzz_models.py --cases 4                                     # CPU (TRITON_INTERPRET=1): slow
@@ -116,6 +116,40 @@ class PreNormBlock(nn.Module):
         return x + self.down(y)
 
 
+def rotate_half(x, form: str):
+    """transformers' rotate-half (slices), or the same with chunk (a split in the graph)."""
+    x1, x2 = x.chunk(2, -1) if form == "chunk" else (x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:])
+    return torch.cat((-x2, x1), -1)
+
+
+class PreNormAttention(nn.Module):
+    """x + o(attention(q, k, v)) of norm(x), causal, with optionally a per-head RMSNorm of q and k (QK-norm, as
+    Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form); a 2-D input is one sequence."""
+
+    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps):
+        super().__init__()
+        self.norm, self.heads, self.head_dim, self.rope = norm, d // head_dim, head_dim, rope
+        self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
+        self.o = nn.Linear(d, d, bias=bias)
+        self.q_norm = LlamaRMSNorm(head_dim, eps) if qk_norm else None
+        self.k_norm = LlamaRMSNorm(head_dim, eps) if qk_norm else None
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+
+    def forward(self, x):
+        h = self.norm(x)
+        q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
+        if self.rope:
+            angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
+            angles = torch.cat((angles, angles), -1)
+            cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+            q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.o(o.transpose(-2, -3).reshape(x.shape))
+
+
 class PostNormBlock(nn.Module):
     """norm(x + out(act(inner(x)))), as BERT's attention and FFN outputs."""
 
@@ -157,10 +191,14 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
     dtype = rng.choice(dtypes)
     if not cuda and dtype == torch.float16:  # eager fp16 on the CPU: inference only, as the normal suite runs it
         train = False
-    return dict(family=family, kinds=kinds, d=rng.choice(dims), ff=rng.choice(ffs), m=m, batch=batch,
+    d = rng.choice(dims)
+    head_dims = [h for h in ([64, 128] if cuda else [8, 16]) if d % h == 0] or [d]
+    return dict(family=family, kinds=kinds, d=d, ff=rng.choice(ffs), m=m, batch=batch,
                 dtype=dtype, train=train, eps=rng.choice([1e-5, 1e-6, 1e-12]), bias=rng.random() < 0.5,
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
-                mlps=[rng.choice(["plain", "gated", "qkv"]) for _ in range(layers)],
+                mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
+                head_dim=rng.choice(head_dims), qk_norm=rng.random() < 0.6,
+                rope=rng.choice([None, "slice", "chunk"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64))
@@ -172,7 +210,9 @@ def build(case: dict) -> Model:
     blocks = []
     for i, kind in enumerate(case["kinds"]):
         norm = NORMS[case["norms"][i]](d, eps)
-        if kind == "pre":
+        if kind == "pre" and case["mlps"][i] == "attention":
+            blocks.append(PreNormAttention(norm, d, case["head_dim"], case["qk_norm"], case["rope"], case["bias"], eps))
+        elif kind == "pre":
             blocks.append(PreNormBlock(norm, d, ff, case["mlps"][i], case["acts"][i], case["bias"]))
         else:
             blocks.append(PostNormBlock(norm, d, ff, case["acts"][i], case["bias"]))

@@ -909,9 +909,10 @@ def test_fuzzed_cases_match_float64():
 
 
 def test_fuzzed_models_match_float64():
-    """Two of tests/fuzz_models.py's random models (a post-norm stack in fp16 inference, a post/pre-norm mix in
-    fp32 training), compiled with every site fused: right against float64, every site with a reason."""
-    summary = fuzz_models.run(cases=2, seed=9, device=DEVICE, max_m=4096 if CUDA else 24)
+    """Two of tests/fuzz_models.py's random models (a post-norm stack in fp16 inference; a pre-norm stack with
+    attention, QK-norm, in fp32 training), compiled with every site fused: right against float64, every site with
+    a reason."""
+    summary = fuzz_models.run(cases=2, seed=40, device=DEVICE, max_m=4096 if CUDA else 24)
     assert sum(c["cases"] for c in summary.values()) == 2
     assert sum(c["rewritten"] for c in summary.values()) >= 3, summary  # the cases are not all fallbacks
 
@@ -921,7 +922,7 @@ def test_model_fuzz_catches_wrong_statistics(monkeypatch):
     finish = regrouped.finish_stats
     monkeypatch.setattr(regrouped, "finish_stats", lambda *a: (finish(*a)[0] * 1.01, finish(*a)[1]))
     with pytest.raises(AssertionError, match="error"):
-        fuzz_models.run(cases=1, seed=9, device=DEVICE, max_m=4096 if CUDA else 24)
+        fuzz_models.run(cases=1, seed=40, device=DEVICE, max_m=4096 if CUDA else 24)
 
 
 def test_gated_output_alignment_reason_names_the_half_width():

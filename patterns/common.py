@@ -515,7 +515,8 @@ ATTENTION_NAMES = ("scaled_dot_product", "flash_attention", "efficient_attention
 _THROUGH = (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.neg.default, torch.ops.prims.convert_element_type.default,
             aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.permute.default,
             aten.transpose.int, aten.expand.default, aten.clone.default, aten.cat.default, aten.slice.Tensor,
-            aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default)
+            aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default, aten.mul.Scalar, aten.split.Tensor,
+            aten.split_with_sizes.default)  # RoPE's rotate-half by chunk; attention's scale where it is decomposed
 
 
 def _norm_input(rsqrt: Node) -> Optional[tuple[str, Node]]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
-import json
 import os
 import random
 import sys
@@ -44,7 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 import norm_fusion_inductor as nfi  # noqa: E402
 from norm_fusion_inductor.kernels import epilogue_gemm as eg  # noqa: E402
 from norm_fusion_inductor.kernels import tuning  # noqa: E402
-from tests.fuzz_regrouped import print_summary, run_workers  # noqa: E402
+from tests.fuzz_regrouped import add_run_arguments, report, run_workers  # noqa: E402
 from tests.helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err  # noqa: E402
 
 FAMILIES = ("pre_norm", "post_norm", "mixed")
@@ -323,13 +322,8 @@ def run(cases: int, seed: int, device: str, max_m: int, progress: int = 0, shard
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-m", type=int, default=None, help="rows at most (default 16384 on the GPU, 24 on the CPU)")
-    p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
-    p.add_argument("--time-limit", type=float, help="seconds after which no new case starts")
-    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--summary-json", help=argparse.SUPPRESS)
+    add_run_arguments(p)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     max_m = args.max_m or (16384 if device == "cuda" else 24)
@@ -341,12 +335,7 @@ def main() -> int:
         torch.cuda.set_per_process_memory_fraction(0.8 / args.shards)
     summary = run(args.cases, args.seed, device, max_m, progress=10 // args.shards or 1, shard=args.shard,
                   shards=args.shards, time_limit=args.time_limit)
-    if args.summary_json:
-        with open(args.summary_json, "w") as f:
-            json.dump({family: dict(c) for family, c in summary.items()}, f)
-        return 0
-    print_summary(summary)
-    return 0
+    return report(summary, args.summary_json)
 
 
 if __name__ == "__main__":

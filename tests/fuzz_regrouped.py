@@ -250,15 +250,9 @@ def run(cases: int, seed: int, device: str, max_m: int, backend: str = "triton",
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-m", type=int, default=300_000)
     p.add_argument("--backend", default="triton", choices=["triton", "quack"])
-    p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
-    p.add_argument("--time-limit", type=float, help="seconds after which no new case starts; the summary counts "
-                                                     "the cases run (a device call's limit)")
-    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--summary-json", help=argparse.SUPPRESS)
+    add_run_arguments(p)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.workers > 1:
@@ -269,11 +263,27 @@ def main() -> int:
         torch.cuda.set_per_process_memory_fraction(0.9 / args.shards)  # starve the others
     summary = run(args.cases, args.seed, device, args.max_m, args.backend, progress=50 // args.shards or 1,
                   shard=args.shard, shards=args.shards, time_limit=args.time_limit)
-    if args.summary_json:  # a worker: run_workers reads it back
-        with open(args.summary_json, "w") as f:
+    return report(summary, args.summary_json)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options both fuzzers take: the seed, the workers, the call's time limit, and a worker's own."""
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="processes that share the cases")
+    p.add_argument("--time-limit", type=float, help="seconds after which no new case starts; the summary counts "
+                                                     "the cases run (a device call's limit)")
+    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--summary-json", help=argparse.SUPPRESS)
+
+
+def report(summary: dict, summary_json: str | None) -> int:
+    """A worker writes its summary for run_workers to read back; a single process prints it."""
+    if summary_json:
+        with open(summary_json, "w") as f:
             json.dump({family: dict(c) for family, c in summary.items()}, f)
-        return 0
-    print_summary(summary)
+    else:
+        print_summary(summary)
     return 0
 
 

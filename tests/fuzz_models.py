@@ -43,7 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 import norm_fusion_inductor as nfi  # noqa: E402
 from norm_fusion_inductor.kernels import epilogue_gemm as eg  # noqa: E402
 from norm_fusion_inductor.kernels import tuning  # noqa: E402
-from tests.fuzz_regrouped import add_run_arguments, report, run_workers  # noqa: E402
+from tests.fuzz_regrouped import add_run_arguments, limit_worker_memory, report, run_workers  # noqa: E402
 from tests.helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err  # noqa: E402
 
 FAMILIES = ("pre_norm", "post_norm", "mixed")
@@ -331,8 +331,7 @@ def main() -> int:
         argv = ["--cases", str(args.cases), "--seed", str(args.seed), "--max-m", str(max_m)]
         return run_workers(__file__, argv + (["--time-limit", str(args.time_limit)] if args.time_limit else []),
                            args.workers, FAMILIES)
-    if args.shards > 1 and device == "cuda":
-        torch.cuda.set_per_process_memory_fraction(0.8 / args.shards)
+    limit_worker_memory(args.shards)
     summary = run(args.cases, args.seed, device, max_m, progress=10 // args.shards or 1, shard=args.shard,
                   shards=args.shards, time_limit=args.time_limit)
     return report(summary, args.summary_json)

@@ -8,9 +8,10 @@ forms real models write (nn.LayerNorm with or without its affine parameters, nn.
 Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and
 zeros, which hide a missing γ or β). The input is 2-D or 3-D, contiguous, transposed or sliced, with a mean up to
 1000 σ; fp32 or fp16 (bf16 too on the GPU); inference or training. Compiled with policy "always" (every site the
-rewrites find is fused, whether faster or not), each case must match float64 within tolerance, or within twice
-eager's own error where that is larger — the output and, in training, the input's and every parameter's gradient —
-and every site the plugin reports must say why it was or was not rewritten.
+rewrites find is fused, whether faster or not; a third of the cases with ``dynamic=True``, called at two lengths),
+each case must match float64 within tolerance, or within twice eager's own error where that is larger — the output
+and, in training, the input's and every parameter's gradient — and every site the plugin reports must say why it was
+or was not rewritten.
 
     python tests/fuzz_models.py --cases 200 --workers 12 --time-limit 470   # the GPU: one device call
     python tests/fuzz_models.py --cases 4                                     # CPU (TRITON_INTERPRET=1): slow
@@ -200,7 +201,9 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 rope=rng.choice([None, "slice", "chunk"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
-                mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64))
+                mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),
+                # dynamic=True, and a second length (another sequence length of a 3-D input)
+                dynamic=rng.random() < 0.3, m2=m + (batch or 1) * rng.randint(1, 9))
 
 
 def build(case: dict) -> Model:
@@ -224,10 +227,10 @@ def build(case: dict) -> Model:
     return model
 
 
-def make_input(case: dict, device: str) -> torch.Tensor:
+def make_input(case: dict, device: str, m: int) -> torch.Tensor:
     """[m, d] or [batch, m/batch, d] in the case's layout, its rows' mean ``case["mean"]`` σ from 0."""
-    g = torch.Generator(device="cpu").manual_seed(case["seed"] + 1)
-    shape = (case["m"], case["d"]) if case["batch"] is None else (case["batch"], case["m"] // case["batch"], case["d"])
+    g = torch.Generator(device="cpu").manual_seed(case["seed"] + m)
+    shape = (m, case["d"]) if case["batch"] is None else (case["batch"], m // case["batch"], case["d"])
     values = torch.randn(shape, generator=g) + case["mean"]
     if case["layout"] == "transposed":  # the same values, the last dim not contiguous
         return values.transpose(-1, -2).contiguous().to(device, case["dtype"]).transpose(-1, -2)
@@ -240,24 +243,40 @@ def make_input(case: dict, device: str) -> torch.Tensor:
 
 def check_case(case: dict, device: str) -> collections.Counter:
     """The case's site outcomes ("rewritten", "not rewritten: REASON"); raises AssertionError on a wrong result or
-    a site without a reason."""
+    a site without a reason. A dynamic case is compiled with ``dynamic=True`` and checked at two lengths."""
     model = build(case).to(device, case["dtype"])
     model64, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
     torch._dynamo.reset()
     nfi.clear_reports()
-    compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}})
+    compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}},
+                             dynamic=True if case["dynamic"] else None)
+    for m in [case["m"]] + ([case["m2"]] if case["dynamic"] else []):
+        _compare(compiled, (model, model64, eager), make_input(case, device, m), case)
+    outcomes = collections.Counter()
+    for site in nfi.reports():
+        assert site.reason, f"a site without a reason: {site.line()} in {case}"
+        outcomes["rewritten" if site.rewritten else f"not rewritten: {site.reason.split(';')[0][:90]}"] += 1
+    return outcomes
+
+
+def _compare(compiled, modules, x, case) -> None:
+    """One call of the compiled model against float64 and eager: the output and, in training, the input's and
+    every parameter's gradient (module doc)."""
+    model, model64, eager = modules
+    for module in modules:
+        module.zero_grad(set_to_none=True)
     train, tol = case["train"], TOL[case["dtype"]]
-    x = make_input(case, device)
     xc, x64, xe = (x.detach().clone().requires_grad_(train), x.detach().double().requires_grad_(train),
                    x.detach().clone().requires_grad_(train))
     with torch.set_grad_enabled(train):
         out = compiled(xc)
         ref = model64(x64)
         eager_out = eager(xe)
-    assert torch.isfinite(out).all() or not torch.isfinite(eager_out).all(), f"non-finite output in {case}"
+    where = f"at input shape {tuple(x.shape)} in {case}"
+    assert torch.isfinite(out).all() or not torch.isfinite(eager_out).all(), f"non-finite output {where}"
     errors = {"output": (rel_err(out, ref), rel_err(eager_out, ref))}
     if train:
-        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(case["seed"] + 2)).to(device)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(case["seed"] + 2)).to(x.device)
         out.backward(grad.to(out.dtype))
         ref.backward(grad.double())
         eager_out.backward(grad.to(out.dtype))
@@ -267,12 +286,7 @@ def check_case(case: dict, device: str) -> collections.Counter:
     for what, (err, eager_err) in errors.items():  # gradients: twice the tolerance (two GEMMs deep)
         limit = max(tol * (2 if what != "output" else 1), 2 * eager_err)
         assert err <= limit, (f"{what}: error {err:.2e} against float64 (limit {limit:.2e}, eager's "
-                              f"{eager_err:.2e}) in {case}")
-    outcomes = collections.Counter()
-    for site in nfi.reports():
-        assert site.reason, f"a site without a reason: {site.line()} in {case}"
-        outcomes["rewritten" if site.rewritten else f"not rewritten: {site.reason.split(';')[0][:90]}"] += 1
-    return outcomes
+                              f"{eager_err:.2e}) {where}")
 
 
 def _drawn_config(case: dict):

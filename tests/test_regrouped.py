@@ -912,9 +912,10 @@ def test_fuzzed_cases_match_float64():
 
 
 def _model_fuzz_run(cases: int = 2) -> collections.Counter:
-    """tests/fuzz_models.py's first cases of seed 40 as drawn for the CPU (a post-norm stack in fp16 inference; a
-    pre-norm stack with attention and QK-norm in fp32 training), on this device: the site outcomes."""
-    rng = random.Random(40)
+    """tests/fuzz_models.py's first cases of seed 510 as drawn for the CPU (two post-norm blocks, then a pre-norm
+    attention block with QK-norm, fp32, in training; the second compiled dynamic and called at two lengths), on
+    this device: the site outcomes."""
+    rng = random.Random(510)
     outcomes = collections.Counter()
     with tuning.override(interpret_on_cpu=not CUDA):
         for case in [fuzz_models.random_case(rng, "cpu", 24) for _ in range(cases)]:

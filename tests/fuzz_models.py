@@ -44,7 +44,8 @@ import torch.nn.functional as F  # noqa: E402
 import norm_fusion_inductor as nfi  # noqa: E402
 from norm_fusion_inductor.kernels import epilogue_gemm as eg  # noqa: E402
 from norm_fusion_inductor.kernels import tuning  # noqa: E402
-from tests.fuzz_regrouped import add_run_arguments, limit_worker_memory, report, run_workers  # noqa: E402
+from tests.fuzz_regrouped import (  # noqa: E402
+    add_run_arguments, first_running_config, limit_worker_memory, report, run_workers)
 from tests.helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err  # noqa: E402
 
 FAMILIES = ("pre_norm", "post_norm", "mixed")
@@ -290,17 +291,10 @@ def _compare(compiled, modules, x, case) -> None:
 
 
 def _drawn_config(case: dict):
-    """The tuner's ``fastest_config`` stand-in: the case's drawn config among those it would time (the next one
-    where a config does not compile or fit); the tuner's memo is filled as usual."""
+    """The tuner's ``fastest_config`` stand-in: the case's drawn config among those it would time; the tuner's memo
+    is filled as usual."""
     def pick(configs, run, what, compile_only=None, time_one=None):
-        first = case["config"] % len(configs)
-        for cfg in configs[first:] + configs[:first]:
-            try:
-                run(cfg)
-                return cfg
-            except Exception:  # triton's OutOfResources, a compile error: what the tuner skips
-                continue
-        raise RuntimeError(f"no config runs for {what}")
+        return first_running_config(configs, run, case["config"], what)
     return pick
 
 

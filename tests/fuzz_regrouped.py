@@ -198,20 +198,24 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
     return ("kernel", f"err {err:.1e}") if reason is None else ("fallback", reason)
 
 
+def first_running_config(configs: list, run, draw: int, what: str) -> dict:
+    """The config at index ``draw`` (mod their number), or the next one that runs: like the tuner, it passes over a
+    config that does not compile or fit in shared memory."""
+    first = draw % len(configs)
+    errors = []
+    for cfg in configs[first:] + configs[:first]:
+        try:
+            run(cfg)
+            return cfg
+        except Exception as e:  # triton's OutOfResources, a compile error: what the tuner skips
+            errors.append(f"{type(e).__name__}: {str(e)[:120]}")
+    raise RuntimeError(f"no config runs for {what}: {errors}")
+
+
 def _drawn_config(case: dict):
-    """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case; like the tuner it
-    passes over a config that does not compile or fit in shared memory (the next one is tried)."""
+    """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case."""
     def pick(a, w, w_kn, epilogue, run):
-        configs = eg._configs(a, epilogue)
-        first = case["config"] % len(configs)
-        errors = []
-        for cfg in configs[first:] + configs[:first]:
-            try:
-                run(cfg)
-                return cfg
-            except Exception as e:  # triton's OutOfResources, a compile error: what the tuner skips
-                errors.append(f"{type(e).__name__}: {str(e)[:120]}")
-        raise RuntimeError(f"no config runs: {errors}")
+        return first_running_config(eg._configs(a, epilogue), run, case["config"], str(epilogue))
     return pick
 
 

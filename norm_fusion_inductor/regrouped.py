@@ -41,6 +41,7 @@ from torch import Tensor
 from .kernels import epilogue_gemm as kernel
 from .kernels import quack_epilogue_gemm as quack_kernel
 from .kernels.common import aligned16
+from .kernels.epilogue_gemm import head_dim_problem  # noqa: F401  (the patterns' check)
 from .ops import STREAM_INPUT_TAGS
 from .report import log
 
@@ -339,8 +340,23 @@ def fold_weight(w: Tensor, gamma: Optional[Tensor], w_kn: bool) -> Tensor:
 
 def column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
     """u[n] = Σ_k (W·γ)[n, k] of the rounded weight the GEMM multiplies with, in fp32: the mean correction then
-    cancels the GEMM's μ term to fp32 accumulation error."""
+    cancels the GEMM's μ term to fp32 accumulation error. 16-bit weights go through an opaque op: traced into a
+    graph (training folds per call), Inductor fuses a sum with the fold that rounds W·γ and adds the values from
+    before their rounding (it elides a 16-bit downcast inside a kernel, even through a bit-cast round trip), an
+    error of |μ|/σ times the weight's rounding."""
+    if w_folded.dtype in (torch.float16, torch.bfloat16):
+        return torch.ops.norm_fusion.column_sums(w_folded, w_kn)
     return w_folded.sum(0 if w_kn else 1, dtype=torch.float32)
+
+
+@torch.library.custom_op("norm_fusion::column_sums", mutates_args=())
+def _column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
+    return w_folded.sum(0 if w_kn else 1, dtype=torch.float32)
+
+
+@_column_sums.register_fake
+def _(w_folded, w_kn):
+    return w_folded.new_empty(w_folded.shape[1 if w_kn else 0], dtype=torch.float32)
 
 
 def fold_bias(w: Tensor, beta: Optional[Tensor], bias: Optional[Tensor], w_kn: bool) -> Optional[Tensor]:

@@ -588,12 +588,16 @@ def _matmul_form_reason(x: Node, path: list) -> str:
             + ", ".join(str(n.target).split(".")[-2] for n in path) + ")")
 
 
-def _qk_norm_reason(ctx) -> str:
+def _qk_norm_reason(ctx, head_dim: int) -> str:
     """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
     projection it rewrites (regrouped_norm._find_head_norm)."""
+    from norm_fusion_inductor.regrouped import head_dim_problem
+
     if "regrouped_norm" not in ctx.config.fusions:
         return ("only the regrouped_norm family fuses it, into its q/k projection's epilogue, and that family is "
                 "off (fusions 'regrouped_norm')")
+    if head_dim_problem(head_dim):
+        return "the q/k projection's epilogue cannot take it: " + head_dim_problem(head_dim)
     return ("the regrouped_norm family did not take it into a q/k projection's epilogue (it takes a per-head "
             "RMSNorm, ± RoPE, only right after a projection it rewrites, the per-head view its only reader)")
 
@@ -612,7 +616,8 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         fed, stops, path = _fed(node, ctx.backward)
         if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
-            reason = "feeds attention: a per-head q/k norm (QK-norm); " + _qk_norm_reason(ctx)
+            reason = ("feeds attention: a per-head q/k norm (QK-norm); "
+                      + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1])))
         elif fed == "attention":
             site = ctx.site("standalone", norm, node)
             reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "

@@ -15,6 +15,7 @@ or was not rewritten.
 
     python tests/fuzz_models.py --cases 200 --workers 12 --time-limit 470   # the GPU: one device call
     python tests/fuzz_models.py --cases 4                                     # CPU (TRITON_INTERPRET=1): slow
+    python tests/fuzz_models.py --case "{'family': 'pre_norm', ...}"           # one case again, as printed
 
 On the GPU each GEMM the plugin tunes runs one block config drawn with the case (the tuner's memo is filled as
 usual, so the sites still launch from Inductor's code), instead of timing eight: a compile per config is the cost.
@@ -50,8 +51,9 @@ from tests.helpers import GemmaRMSNorm, LlamaRMSNorm, T5LayerNorm, rel_err  # no
 
 FAMILIES = ("pre_norm", "post_norm", "mixed")
 # fp32: a regrouped LayerNorm subtracts μ·Σ(W·γ) after its GEMM, whose fp32 sum then carries |μ|/σ times the
-# rounding of a centred one: ~1e-7·|μ|/σ measured (1.2e-4 at 1000 σ, where eager's own error is 3.6e-5)
-TOL = {torch.float32: 3e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+# rounding of a centred one: ~1e-7·|μ|/σ measured per norm (1.2e-4 at 1000 σ, where eager's own error is 3.6e-5;
+# 3.1e-4 with two LayerNorms in a row on the GPU)
+TOL = {torch.float32: 5e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
 
 class FunctionalLayerNorm(nn.Module):
@@ -251,18 +253,21 @@ def check_case(case: dict, device: str) -> collections.Counter:
     nfi.clear_reports()
     compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}},
                              dynamic=True if case["dynamic"] else None)
-    for m in [case["m"]] + ([case["m2"]] if case["dynamic"] else []):
-        _compare(compiled, (model, model64, eager), make_input(case, device, m), case)
     outcomes = collections.Counter()
+    for m in [case["m"]] + ([case["m2"]] if case["dynamic"] else []):
+        for _ in _compare(compiled, (model, model64, eager), make_input(case, device, m), case):
+            outcomes["quantities not compared: float64 value exactly zero"] += 1
     for site in nfi.reports():
         assert site.reason, f"a site without a reason: {site.line()} in {case}"
         outcomes["rewritten" if site.rewritten else f"not rewritten: {site.reason.split(';')[0][:90]}"] += 1
     return outcomes
 
 
-def _compare(compiled, modules, x, case) -> None:
+def _compare(compiled, modules, x, case) -> list:
     """One call of the compiled model against float64 and eager: the output and, in training, the input's and
-    every parameter's gradient (module doc)."""
+    every parameter's gradient (module doc). Returns the quantities not compared: those whose float64 value is
+    exactly zero (the q/k projections' gradients of one token, whose softmax runs over one key), where a relative
+    error means nothing."""
     model, model64, eager = modules
     for module in modules:
         module.zero_grad(set_to_none=True)
@@ -275,19 +280,25 @@ def _compare(compiled, modules, x, case) -> None:
         eager_out = eager(xe)
     where = f"at input shape {tuple(x.shape)} in {case}"
     assert torch.isfinite(out).all() or not torch.isfinite(eager_out).all(), f"non-finite output {where}"
-    errors = {"output": (rel_err(out, ref), rel_err(eager_out, ref))}
+    values = {"output": (out, ref, eager_out)}
     if train:
         grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(case["seed"] + 2)).to(x.device)
         out.backward(grad.to(out.dtype))
         ref.backward(grad.double())
         eager_out.backward(grad.to(out.dtype))
-        errors["input grad"] = (rel_err(xc.grad, x64.grad), rel_err(xe.grad, x64.grad))
+        values["input grad"] = (xc.grad, x64.grad, xe.grad)
         for (name, p), p64, pe in zip(model.named_parameters(), model64.parameters(), eager.parameters()):
-            errors[f"grad of {name}"] = (rel_err(p.grad, p64.grad), rel_err(pe.grad, p64.grad))
-    for what, (err, eager_err) in errors.items():  # gradients: twice the tolerance (two GEMMs deep)
-        limit = max(tol * (2 if what != "output" else 1), 2 * eager_err)
+            values[f"grad of {name}"] = (p.grad, p64.grad, pe.grad)
+    not_compared = []
+    for what, (value, value64, value_eager) in values.items():
+        if not value64.any():
+            not_compared.append(what)
+            continue
+        err, eager_err = rel_err(value, value64), rel_err(value_eager, value64)
+        limit = max(tol * (2 if what != "output" else 1), 2 * eager_err)  # gradients: two GEMMs deep
         assert err <= limit, (f"{what}: error {err:.2e} against float64 (limit {limit:.2e}, eager's "
                               f"{eager_err:.2e}) {where}")
+    return not_compared
 
 
 def _drawn_config(case: dict):
@@ -317,9 +328,15 @@ def run(cases: int, seed: int, device: str, max_m: int, progress: int = 0, shard
             try:
                 summary[case["family"]].update(check_case(case, device))
                 summary[case["family"]]["cases"] += 1
-            except torch.OutOfMemoryError:
-                summary[case["family"]]["cases skipped: out of memory"] += 1
-                torch.cuda.empty_cache()
+            except Exception as error:
+                out_of_memory = (error, getattr(error, "inner_exception", None))  # Dynamo wraps a compile's
+                if any(isinstance(e, torch.OutOfMemoryError) for e in out_of_memory):
+                    summary[case["family"]]["cases skipped: out of memory"] += 1
+                    torch.cuda.empty_cache()
+                elif isinstance(error, AssertionError):
+                    raise
+                else:  # a crash: name the case, for --case
+                    raise RuntimeError(f"{type(error).__name__} in {case}") from error
             finally:
                 eg.fastest_config = fastest_config
             if progress and (i + 1) % progress == 0:
@@ -331,9 +348,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=20)
     p.add_argument("--max-m", type=int, default=None, help="rows at most (default 16384 on the GPU, 24 on the CPU)")
+    p.add_argument("--case", help="check one case again, as a failure prints it: \"{'family': ...}\"")
     add_run_arguments(p)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.case:
+        case = eval(args.case, {"torch": torch})  # the printed dict: plain literals and torch dtypes
+        eg.fastest_config = _drawn_config(case)
+        with tuning.override(interpret_on_cpu=device == "cpu"):
+            print(dict(check_case(case, device)))
+        return 0
     max_m = args.max_m or (16384 if device == "cuda" else 24)
     if args.workers > 1:
         argv = ["--cases", str(args.cases), "--seed", str(args.seed), "--max-m", str(max_m)]

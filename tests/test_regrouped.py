@@ -180,8 +180,10 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
 def test_per_head_norm_is_checked():
     """Bad combinations name the cause: a head_dim that is not a power of two, RoPE without the norm, a width
     that is not whole heads."""
-    with pytest.raises(ValueError, match="power of two"):
+    with pytest.raises(ValueError, match="not a power of two"):
         eg.Epilogue(head_dim=48)
+    with pytest.raises(ValueError, match="not a power of two from 2 to 256"):
+        eg.Epilogue(head_dim=512)
     with pytest.raises(ValueError, match="rope needs head_dim"):
         eg.Epilogue(rope=True)
     a, w = torch.randn(8, 32, device=DEVICE), torch.randn(40, 32, device=DEVICE)
@@ -202,6 +204,47 @@ def test_layer_norm_statistics_do_not_cancel(shift):
     z64 = z.double()
     assert rel(rstd, torch.rsqrt(z64.var(-1, unbiased=False) + 1e-5)) < 1e-4
     assert rel(mean, z64.mean(-1)) < 1e-6
+
+
+def test_qk_norm_of_heads_no_tile_holds_is_left_with_its_reason():
+    """A per-head norm over heads of 40 (not a power of two): the projections are still rewritten, the q/k norms
+    are left to Inductor, and their record names the width."""
+    torch.manual_seed(0)
+    block = fuzz_models.PreNormAttention(nn.RMSNorm(40), 40, 40, qk_norm=True, rope=None, bias=False, eps=1e-6)
+    block = block.to(DEVICE)
+    x = torch.randn(2, 6, 40, device=DEVICE)
+    nfi.clear_reports()
+    with tuning.override(interpret_on_cpu=True):
+        out = torch.compile(block, backend="norm_fusion", options=REGROUPED)(x)
+    assert rel(out, copy.deepcopy(block).double()(x.double())) < 1e-4
+    reasons = [s.reason for s in nfi.reports() if s.fusion == "qk_norm"]
+    assert len(reasons) == 2 and all("head_dim 40 is not a power of two" in r for r in reasons), reasons
+
+
+def test_training_fold_keeps_the_weights_rounding():
+    """Training folds W·γ in the graph: u = Σ_k (W·γ) must be the sum of the 16-bit weight the GEMM multiplies (the
+    mean correction μ·u then cancels the GEMM's μ term), not of the fp32 product before its rounding, which
+    Inductor adds where it fuses the sum with the fold — an error of |μ|/σ times the weight's rounding (0.19 at
+    |μ| = 1000σ in fp16). The inference compile first: it changed Inductor's fusion enough to defeat a bit-cast."""
+    torch.manual_seed(0)
+    model = nn.Sequential(fuzz_models.WrittenLayerNorm(32, 1e-5), nn.Linear(32, 64)).to(DEVICE)
+    with torch.no_grad():
+        model[0].weight.copy_(1 + 0.1 * torch.randn(32))
+    model = model.half()
+    model64 = copy.deepcopy(model).double()
+    x = (torch.randn(64, 32, device=DEVICE) + 1000.0).half()
+    for train in (False, True):
+        torch._dynamo.reset()
+        nfi.clear_reports()
+        with tuning.override(interpret_on_cpu=True), torch.set_grad_enabled(train):
+            out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x.clone().requires_grad_(train))
+        assert [s.rewritten for s in nfi.reports()] == [True]
+        ref = model64(x.double())
+        assert rel(out, ref) <= 2 * rel(model(x), ref), train
+
+
+def test_column_sums_opcheck():
+    torch.library.opcheck(torch.ops.norm_fusion.column_sums, (torch.randn(24, 40, device=DEVICE).half(), False))
 
 
 class Tower(nn.Module):

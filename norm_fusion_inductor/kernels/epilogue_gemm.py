@@ -43,6 +43,7 @@ tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 import triton
@@ -356,6 +357,16 @@ def epilogue_gemm_kernel(
 
 # --- host side ------------------------------------------------------------------------------------------------
 
+MAX_HEAD_DIM = 256  # the widest BLOCK_N: a tile holds whole heads
+
+
+def head_dim_problem(head_dim: int) -> Optional[str]:
+    """Why the per-head norm piece cannot take heads of this width, or None."""
+    if head_dim < 2 or head_dim & (head_dim - 1) or head_dim > MAX_HEAD_DIM:
+        return f"head_dim {head_dim} is not a power of two from 2 to {MAX_HEAD_DIM} (whole heads in one tile)"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Epilogue:
     """Which epilogue pieces run (the module doc); the tensors are passed to ``run`` separately."""
@@ -390,8 +401,8 @@ class Epilogue:
                                              or self.activation != "none" or self.write_aux
                                              or self.stats != "none" or self.head_dim):
             raise ValueError("the norm's backward takes a plain residual (dR) only: no other epilogue piece")
-        if self.head_dim and (self.head_dim & (self.head_dim - 1) or self.head_dim < 2):
-            raise ValueError(f"epilogue head_dim must be a power of two, got {self.head_dim}")
+        if self.head_dim and head_dim_problem(self.head_dim):
+            raise ValueError(f"epilogue head_dim: {head_dim_problem(self.head_dim)}")
         if self.rope and not self.head_dim:
             raise ValueError("the rotary embedding follows the per-head norm: rope needs head_dim")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
@@ -476,8 +487,8 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"N={N}: the gated output's N/2 = {N // 2} columns are not 16-byte aligned (TMA)"
     if epilogue.gated and N % 2:
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
-    if epilogue.head_dim and (N % epilogue.head_dim or epilogue.head_dim > 256):
-        return f"a per-head norm needs whole heads of at most 256 in a tile: N={N}, head_dim={epilogue.head_dim}"
+    if epilogue.head_dim and N % epilogue.head_dim:
+        return f"a per-head norm needs whole heads: N={N}, head_dim={epilogue.head_dim}"
     return None
 
 

@@ -41,9 +41,10 @@ from torch import Tensor
 from .kernels import epilogue_gemm as kernel
 from .kernels import quack_epilogue_gemm as quack_kernel
 from .kernels.common import aligned16
-from .kernels.epilogue_gemm import head_dim_problem  # noqa: F401  (the patterns' check)
 from .ops import STREAM_INPUT_TAGS
 from .report import log
+
+head_dim_problem = kernel.head_dim_problem  # for the patterns: whether a q/k norm fits the epilogue
 
 
 def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm, head_dim=0,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import gc
 import math
 import statistics
 import sys
@@ -97,6 +98,11 @@ def run_model(name: str, spec: tuple, args) -> dict:
     for cname, compile_kwargs in compilers.items():
         torch._dynamo.reset()
         nfi.clear_reports()
+        # the previous compiler's model and gradients are garbage in reference cycles: collected, or they count in
+        # this compiler's peak (~119 MB for BERT when a warm cache made the compile too short for a gc to run)
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
         model = tiny_model(family, **kwargs).train()
         model.load_state_dict(state)
         model.to(device, dtype)

@@ -347,15 +347,19 @@ def column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
     error of |μ|/σ times the weight's rounding."""
     if w_folded.dtype in (torch.float16, torch.bfloat16):
         return torch.ops.norm_fusion.column_sums(w_folded, w_kn)
+    return _sum_columns(w_folded, w_kn)
+
+
+def _sum_columns(w_folded: Tensor, w_kn: bool) -> Tensor:
     return w_folded.sum(0 if w_kn else 1, dtype=torch.float32)
 
 
-@torch.library.custom_op("norm_fusion::column_sums", mutates_args=())
-def _column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
-    return w_folded.sum(0 if w_kn else 1, dtype=torch.float32)
+# declared like epilogue_gemm (the low-level API: no custom_op layers per call on the host)
+_LIB.define("column_sums(Tensor w_folded, bool w_kn) -> Tensor")
+_LIB.impl("column_sums", _sum_columns, "CompositeExplicitAutograd")
 
 
-@_column_sums.register_fake
+@torch.library.register_fake("norm_fusion::column_sums", lib=_LIB)
 def _(w_folded, w_kn):
     return w_folded.new_empty(w_folded.shape[1 if w_kn else 0], dtype=torch.float32)
 

@@ -66,7 +66,7 @@ def run_shape(batch, max_len, heads, head_dim, kv_len, activation, modes, train)
     torch._dynamo.reset()
     q, k, v, offsets, (ln_w, ln_b, rms_w) = _operands(batch, max_len, heads, head_dim, kv_len)
     scale = head_dim ** -0.5 if activation == "softmax" else 1.0 / kv_len
-    seq, pos = attention_ops._padding_index(offsets, q.shape[0])
+    seq, pos = attention_ops.padding_index(offsets, q.shape[0])
     padded = q.new_zeros(batch, max_len, q.shape[1]).index_put((seq, pos), q)
     dense_offsets = torch.arange(0, (batch + 1) * max_len, max_len, device="cuda", dtype=torch.int32)
     params = [t.requires_grad_(train) for t in (ln_w, ln_b, rms_w, *(() if FROZEN_KV else (k, v)))]

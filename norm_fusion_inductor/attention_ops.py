@@ -80,7 +80,7 @@ class NormAttentionBlock(torch.nn.Module):
                                     torch.finfo(q.dtype).eps if self.out_norm.eps is None else self.out_norm.eps)
 
 
-def _padding_index(offsets: Tensor, total: int) -> tuple[Tensor, Tensor]:
+def padding_index(offsets: Tensor, total: int) -> tuple[Tensor, Tensor]:
     """(sequence, position) of each of the T rows."""
     rows = torch.arange(total, device=offsets.device)
     seq = torch.searchsorted(offsets[1:].to(torch.int64), rows, right=True)
@@ -91,7 +91,7 @@ def norm_attention_reference(q, k, v, offsets, max_len, heads, ln_weight, ln_bia
                              ln_eps, rms_eps):
     """The op in torch ops (differentiable): the rows padded to [B, max_len, H·D], the eager block, unpadded.
     The statistics are in the promoted dtype (fp32 for 16-bit inputs, fp64 for fp64)."""
-    seq, pos = _padding_index(offsets, q.shape[0])
+    seq, pos = padding_index(offsets, q.shape[0])
     padded = q.new_zeros(k.shape[0], max_len, q.shape[1]).index_put((seq, pos), q)
     out, (mean, rstd, rrms, lse, x) = _block(padded, k, v, heads, ln_weight, ln_bias, rms_weight, scale,
                                              activation, ln_eps, rms_eps, stats=True)

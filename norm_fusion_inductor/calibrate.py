@@ -295,8 +295,7 @@ def hardware(device, gpu: str) -> tuple[dict, dict]:
     measured here and divided by ``MEASURED_SHARE``."""
     import torch
 
-    from .selection import _copy
-    from .timing import graph_ms
+    from .timing import graph_ms, sm_copy
 
     fields = ("sms", "peak_flops", "hbm_bytes_per_ms", "l2_bytes")
     if gpu in cm.CALIBRATION:
@@ -317,7 +316,7 @@ def hardware(device, gpu: str) -> tuple[dict, dict]:
     def copy_rate(nbytes=PEAK_COPY_BYTES):  # read nbytes / 2, write nbytes / 2
         src = torch.empty(nbytes // 4, device=device, dtype=torch.float16)
         dst = torch.empty_like(src)
-        return nbytes / graph_ms(lambda: _copy(dst, src))
+        return nbytes / graph_ms(lambda: sm_copy(dst, src))
 
     rate = gemm_rate()
     peak = rate / MEASURED_SHARE["gemm"]

@@ -181,7 +181,7 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 
 
 @torch.library.register_fake("norm_fusion::epilogue_gemm", lib=_LIB)
-def _(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
+def _epilogue_gemm_fake(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
       residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton",
       head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
     M = a.shape[0]
@@ -317,7 +317,7 @@ def segment_counts(N: int, width: int, segments: int, device) -> Tensor:
     return (N - start).clamp(0, width)
 
 
-def finish_stats(partials: Tensor, N: int, eps: float, norm: str) -> tuple[Tensor, Optional[Tensor]]:
+def finish_stats(partials: Tensor, N: int, eps: float | Tensor, norm: str) -> tuple[Tensor, Optional[Tensor]]:
     """(rstd, μ) [M] fp32 from the producer's partials [S, segments, M]; μ is None for RMSNorm.
 
     LayerNorm combines the segments by Chan's formula, M2 = Σ_s M2_s + n_s (μ_s − μ)², so the variance does not
@@ -384,7 +384,7 @@ def fold_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], bet
     """A consumer GEMM's weight-side operands, (W', u, v): W' = W·diag(γ) (a gated pair's gate and up folded and
     interleaved), u its column sums (LayerNorm's mean correction; None unless ``need_u``), v = Wβ + b (None
     without β and bias). Depends on the weights alone: computed per call in training, kept by
-    :func:`folded_operands` between calls in inference."""
+    :func:`kept_fold` between calls in inference."""
     pairs = [(w, b) for w, b in ((w0, b0), (w1, b1)) if w is not None]
     weights = [fold_weight(w, gamma, w_kn) for w, _ in pairs]
     biases = [fold_bias(w, beta, b, w_kn) for w, b in pairs]
@@ -415,28 +415,14 @@ def _identity(t: Tensor) -> tuple:
     return (t.data_ptr(), t.device, t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
 
 
-@torch.library.custom_op("norm_fusion::folded_operands", mutates_args=())
-def folded_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: Optional[Tensor],
-                    b0: Optional[Tensor], b1: Optional[Tensor], w_kn: bool, need_u: bool,
-                    sources: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`fold_operands` (absent u, v as empty tensors), kept between calls while ``sources`` — the
-    parameters that the weights, γ, β and biases are computed from — are the same tensors, unchanged in place
-    (their version counters: an optimizer step, ``copy_`` or ``load_state_dict`` bumps them; an update through
-    ``.data`` does not, so call :func:`clear_folded_weights` after one). The pass uses it in inference graphs
-    only (no backward, no CUDA graphs: a replayed graph runs no Python), with every source a parameter or
-    buffer."""
-    inputs = {t.untyped_storage().data_ptr() for t in (w0, w1, gamma, beta, b0, b1) if t is not None}
-
-    def own(t: Tensor) -> Tensor:  # an op's output may not alias its inputs (W unchanged without γ, say)
-        return t.clone() if t.untyped_storage().data_ptr() in inputs else t
-
-    def compute():
-        w, u, v = fold_operands(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
-        return (own(w), u if u is not None else w.new_empty(0, dtype=torch.float32),
-                own(v.float()) if v is not None else w.new_empty(0, dtype=torch.float32))
-
+def kept_fold(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: Optional[Tensor],
+              b0: Optional[Tensor], b1: Optional[Tensor], w_kn: bool, need_u: bool, sources: list[Tensor]):
+    """:func:`fold_operands`, kept between calls while ``sources`` — the parameters that the weights, γ, β and
+    biases are computed from — are the same tensors, unchanged in place (their version counters: an optimizer
+    step, ``copy_`` or ``load_state_dict`` bumps them; an update through ``.data`` does not, so call
+    :func:`clear_folded_weights` after one)."""
     if any(t.is_inference() for t in sources):  # no version counter to check against
-        return compute()
+        return fold_operands(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
     key = (w_kn, need_u, w1 is None, gamma is None, beta is None, b0 is None, b1 is None,
            *(_identity(t) for t in sources))
     versions = tuple(t._version for t in sources)
@@ -444,7 +430,7 @@ def folded_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], b
     if entry is not None and entry[1] == versions:
         _FOLDED.move_to_end(key)
         return entry[2]
-    result = compute()
+    result = fold_operands(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
     _FOLDED[key] = (list(sources), versions, result)
     _FOLDED.move_to_end(key)
     while len(_FOLDED) > FOLDED_ENTRIES:
@@ -452,11 +438,33 @@ def folded_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], b
     return result
 
 
-@folded_operands.register_fake
-def _(w0, w1, gamma, beta, b0, b1, w_kn, need_u, sources):
-    n, k = (w0.shape[1], w0.shape[0]) if w_kn else (w0.shape[0], w0.shape[1])
-    n_out = 2 * n if w1 is not None else n
-    w = w0.new_empty((k, n_out) if w_kn else (n_out, k))
-    has_v = beta is not None or b0 is not None or b1 is not None
-    return w, w0.new_empty(n_out if need_u else 0, dtype=torch.float32), \
-        w0.new_empty(n_out if has_v else 0, dtype=torch.float32)
+def run_folded_epilogue_gemm(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation,
+                             write_aux, w_kn, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
+                             rope_cos=None, rope_sin=None):
+    """A consumer's epilogue GEMM (:func:`run_epilogue_gemm`) with its weight-side operands W·γ, u, v from
+    :func:`kept_fold`. One op, so the kept tensors never reach Inductor: an op's outputs are buffers it owns
+    and may reuse or update in place after their last read, which corrupted a fold kept as an op's output."""
+    w, u, v = kept_fold(w0, w1, gamma, beta, b0, b1, w_kn, row_norm == "ln", sources)
+    return run_epilogue_gemm(a, w, v, None, scale, shift, u, row_norm, activation, write_aux, "none", w_kn,
+                             backend=backend, head_dim=head_dim, head_weight=head_weight, head_eps=head_eps,
+                             rope_cos=rope_cos, rope_sin=rope_sin)
+
+
+# The pass uses it in inference graphs only (no backward, no CUDA graphs: a replayed graph runs no Python), with
+# every source a parameter or buffer.
+_LIB.define(
+    "folded_epilogue_gemm(Tensor a, Tensor w0, Tensor? w1, Tensor? gamma, Tensor? beta, Tensor? b0, Tensor? b1, "
+    "Tensor[] sources, Tensor? scale, Tensor? shift, str row_norm, str activation, bool write_aux, bool w_kn, "
+    "str backend='triton', int head_dim=0, Tensor? head_weight=None, float head_eps=0.0, Tensor? rope_cos=None, "
+    "Tensor? rope_sin=None) -> (Tensor, Tensor, Tensor)",
+    tags=STREAM_INPUT_TAGS)
+_LIB.impl("folded_epilogue_gemm", run_folded_epilogue_gemm, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("norm_fusion::folded_epilogue_gemm", lib=_LIB)
+def _(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation, write_aux, w_kn,
+      backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
+    folded = w0 if w1 is None else (w0.new_empty(w0.shape[0], 2 * w0.shape[1]) if w_kn
+                                    else w0.new_empty(2 * w0.shape[0], w0.shape[1]))
+    return _epilogue_gemm_fake(a, folded, None, None, scale, shift, None, row_norm, activation, write_aux, "none",
+                               w_kn)

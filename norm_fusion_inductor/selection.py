@@ -9,7 +9,7 @@ noise) is won against Inductor too; the price is that some sites where fusing wo
 Choices are cached in memory and on disk, keyed by GPU, versions, kernel source, the measurement's version and
 shape (M by power-of-two bucket).
 
-The copy is timed as an elementwise kernel (``_copy``), not ``Tensor.copy_``: under CUDA-graph capture a
+The copy is timed as an elementwise kernel (``timing.sm_copy``), not ``Tensor.copy_``: under CUDA-graph capture a
 contiguous ``copy_`` becomes a memcpy node that runs on the copy engines, at 2.76 TB/s on the H200 against
 4.29 TB/s for a kernel on the SMs (``benchmarks/diagnostics/copy_timing.py``, 2026-11-30). Timed that way the bound read up
 to 1.5x high, and a site was fused that ran 11 % slower than the default.
@@ -30,7 +30,7 @@ import torch
 
 from .config import GEMM_BACKENDS, NormFusionConfig
 from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, tuning
-from .timing import graph_ms, host_ms, interleaved_medians
+from .timing import graph_ms, host_ms, interleaved_medians, sm_copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +82,6 @@ NEAR_MISS_LAYER_NORM = 1.25
 HOST_BOUND_RISK = 0.5
 # bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
 PEAK_COPY_BYTES_PER_MS = 4.0e9
-
-
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """dst ← −src: the bytes of a copy, moved by the SMs (a captured ``copy_`` runs on the copy engines, module
-    doc)."""
-    return torch.neg(src, out=dst)
 
 
 @functools.lru_cache(maxsize=None)
@@ -357,7 +351,7 @@ def _measure(site: MatmulSite) -> dict:
     for _ in range(3):  # interleaved, so clock drift hits both sides
         times["fused_ms"].append(graph_ms(fused))
         times["mm_ms"].append(graph_ms(mm))
-        times["copy_ms"].append(graph_ms(lambda: _copy(y, copied)))
+        times["copy_ms"].append(graph_ms(lambda: sm_copy(y, copied)))
         if gluon:
             times["direct_ms"].append(graph_ms(direct))
     result = {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
@@ -558,7 +552,7 @@ def _measure_attention(site: AttentionSite) -> dict:
         return torch.matmul(torch.matmul(qh, kh.transpose(-2, -1)), vh)
 
     y = torch.empty_like(q)
-    times = _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: _copy(y, q)}, False)
+    times = _time_interleaved({"fused_ms": fused, "attention_ms": attention, "copy_ms": lambda: sm_copy(y, q)}, False)
     return {**times, "host_ms": host_ms(fused)}
 
 
@@ -839,7 +833,7 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
     wt = w if site.w_kn else w.t()
     src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
     dst = torch.empty_like(src)
-    times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: _copy(dst, src))}
+    times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
     bound = times["mm_ms"] + times["saved_ms"]
     predicted = _predicted(site, cache_root) if screen.margin else {}
     if predicted:

@@ -12,6 +12,14 @@ import statistics
 from typing import Callable, Optional
 
 
+def sm_copy(dst, src):
+    """dst ← −src: the bytes of a copy, moved by the SMs, as the selection times a copy (a ``copy_`` captured in a
+    CUDA graph runs on the copy engines instead)."""
+    import torch
+
+    return torch.neg(src, out=dst)
+
+
 def interleaved_medians(fns: dict, rounds: int, time_one: Callable) -> dict:
     """{name: median over ``rounds`` of time_one(fn)}, the functions interleaved, the order reversed every other
     round."""

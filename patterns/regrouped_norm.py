@@ -207,8 +207,8 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
         return None
     view = views[0]
     shape = view.meta["val"].shape
-    if len(shape) != 4 or any(isinstance(d, torch.SymInt) for d in shape) or shape[2] * shape[3] != n:
-        return None
+    if len(shape) != 4 or any(isinstance(d, torch.SymInt) for d in shape[2:]) or shape[2] * shape[3] != n:
+        return None  # B and L may be dynamic, not the heads
     if regrouped.head_dim_problem(int(shape[3])):  # left for the leftover report, which names the cause
         return None
     transposes = [u for u in view.users if _is_head_transpose(u)]
@@ -228,13 +228,23 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     if tuple(weight.meta["val"].shape) != (shape[3],):
         return None
     transposed = match.kwargs["x"] is not view
-    head = HeadNorm(view, weight, float(_eps(match)), match.output_node(),
+    eps = _eps(match)
+    if not isinstance(eps, (int, float)):  # a graph tensor (dynamic shapes): the kernel takes a number
+        return None
+    head = HeadNorm(view, weight, float(eps), match.output_node(),
                     frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
     inner = head.nodes - {head.output}
     if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
         return None
     return head
+
+
+def _same_size(a, b) -> bool:
+    """a == b for sizes that may be symbolic, without a guard (a dynamic size is never specialized here)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(a == b))
 
 
 def _is_head_transpose(node: Node) -> bool:
@@ -284,7 +294,8 @@ def _with_rope(head: HeadNorm) -> None:
         table = u.args[0]
         tshape = table.meta["val"].shape
         B, L = head.view.meta["val"].shape[:2]
-        if len(tshape) != 3 or tshape[0] not in (1, B) or tshape[1] != L or tshape[2] != D:
+        if len(tshape) != 3 or not (_same_size(tshape[0], 1) or _same_size(tshape[0], B)) \
+                or not _same_size(tshape[1], L) or tshape[2] != D:
             return
         tables.append(table)
     head.cos, head.sin = tables
@@ -332,7 +343,7 @@ class Site:
 
     x: Node
     norm: str  # "rms" | "ln"
-    eps: float
+    eps: float | Node  # a 0-d graph tensor under dynamic shapes (Dynamo lifts the module's float)
     rstd: Node
     mean: Optional[Node]
     record: object  # report.SiteRecord
@@ -434,8 +445,6 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     unserved = unserved_readers(normed, others)
     if unserved:
         return also_read_reason(unserved)
-    if not isinstance(eps, (int, float)):
-        return "eps is a graph tensor (dynamic shapes)"
     x_val = x.meta["val"]
     why = _dynamic_rejection(x_val.shape)
     if why is not None:
@@ -486,7 +495,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                 ctx.covered.update(rw.head.nodes)
     except Exception as e:  # never an exception in the user's compile (a partial rewrite is still consistent)
         return f"the rewrite failed ({type(e).__name__}: {e})"
-    ctx.regrouped_sites.append(Site(x, spec.norm, float(eps), rstd, mean, site, normed if others else None, gamma,
+    eps = float(eps) if isinstance(eps, (int, float)) else eps
+    ctx.regrouped_sites.append(Site(x, spec.norm, eps, rstd, mean, site, normed if others else None, gamma,
                                     beta))
     acts = sorted({rw.activation for rw in rewrites if rw.activation != "none"})
     acts += sorted({"QK-norm + RoPE" if rw.head.cos is not None else "QK-norm" for rw in rewrites if rw.head})
@@ -509,18 +519,20 @@ def _accepted(site, ctx, rewrites, acts, choices) -> None:
 
 
 def _dynamic_rejection(shape) -> Optional[str]:
-    """Why a tensor of this shape cannot be rewritten under dynamic shapes, or None: the traced code views its
-    results with one dynamic dim as -1, so at most one dim may be dynamic, and never the last (K or N)."""
-    dynamic = [i for i, d in enumerate(shape) if isinstance(d, torch.SymInt)]
-    if len(dynamic) > 1:
-        return f"more than one dynamic dim ({len(dynamic)} of {len(shape)})"
-    if dynamic and dynamic[0] == len(shape) - 1:
+    """Why a tensor of this shape cannot be rewritten under dynamic shapes, or None: K and N (the last dim) must
+    be static, the GEMM's tiles and weights depend on them."""
+    if len(shape) and isinstance(shape[-1], torch.SymInt):
         return "a dynamic last dim (the GEMM's K or N)"
     return None
 
 
-def _static_view(shape) -> list:
-    """The shape for ``view``: its one dynamic dim (if any) as -1, so the traced code holds no symbolic size."""
+def _view_shape(shape) -> list:
+    """The shape for ``view``: one dynamic dim as -1; several as the symbolic sizes themselves, which the trace
+    reads from its inputs' sizes (``insert_traced`` raises where no input carries them: the site stays
+    unfused)."""
+    dynamic = sum(isinstance(d, torch.SymInt) for d in shape)
+    if dynamic > 1:
+        return list(shape)
     return [-1 if isinstance(d, torch.SymInt) else int(d) for d in shape]
 
 
@@ -547,12 +559,12 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     c0 = consumers[0]
     scale_c, w_kn = c0.scale, c0.weight_kn
     N = c0.n
-    pre_shape = _static_view(rw.pre[0].meta["val"].shape)
-    out_shape = _static_view(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
+    pre_shape = _view_shape(rw.pre[0].meta["val"].shape)
+    out_shape = _view_shape(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
     gated = len(consumers) == 2
     head = rw.head
-    if head is not None:
-        B, L, H, D = (int(d) for d in head.view.meta["val"].shape)
+    if head is not None:  # B and L may be symbolic: the trace reads them from its inputs' sizes
+        B, L, H, D = head.view.meta["val"].shape
 
     def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, head_weight=None, cos=None, sin=None, **params):
         a = x.reshape(-1, K)
@@ -560,25 +572,23 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         if g is None and scale_c != 1.0:
             g = torch.full((K,), scale_c, device=x.device, dtype=torch.float32)
         bt = beta.float() * scale_c if beta is not None else None
-        if params:
-            w, u, v = torch.ops.norm_fusion.folded_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln",
-                                                            [params[k] for k in sorted(params)])
-            u = u if u.numel() else None
-            v = v if v.numel() else None
-        else:
-            w, u, v = regrouped.fold_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln")
         scale = rstd.reshape(-1).float()
         shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
-        if head is None:
-            out, aux_out, _ = gemm(a, w, v, None, scale, shift, u, norm, rw.activation, aux, "none", w_kn,
-                                   backend=backend)
-            results = [out.view(out_shape)]
-        else:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece); the output as the
-            # model's [B, H, L, D] view (or [B, L, H, D])
+        activation, on = rw.activation, dict(backend=backend)
+        if head is not None:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece)
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
-            out, aux_out, _ = gemm(
-                a, w, v, None, scale, shift, u, norm, "none", aux, "none", w_kn, backend="triton", head_dim=D,
-                head_weight=head_weight, head_eps=head.eps, rope_cos=tables[0], rope_sin=tables[1])
+            activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, head_eps=head.eps,
+                                          rope_cos=tables[0], rope_sin=tables[1])
+        if params:  # W·γ kept between calls, inside the op call (the GEMM is an op whenever the fold is kept)
+            out, aux_out, _ = torch.ops.norm_fusion.folded_epilogue_gemm(
+                a, w0, w1, g, bt, b0, b1, [params[k] for k in sorted(params)], scale, shift, norm, activation, aux,
+                w_kn, **on)
+        else:
+            w, u, v = regrouped.fold_operands(w0, w1, g, bt, b0, b1, w_kn, norm == "ln")
+            out, aux_out, _ = gemm(a, w, v, None, scale, shift, u, norm, activation, aux, "none", w_kn, **on)
+        if head is None:
+            results = [out.view(out_shape)]
+        else:  # the model's [B, H, L, D] view (or [B, L, H, D])
             out = out.view(B, L, H, D)
             results = [out.permute(0, 2, 1, 3) if head.transposed else out]
         if aux:
@@ -618,8 +628,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
 
 def choose_fold(choose: Callable, passes: int, sources: Optional[list], note: str) -> tuple:
     """(choice, sources, note): how a consumer's W·γ is computed, with the GEMM's choice. ``choose(passes)``
-    chooses the GEMM with that many weight-sized passes per call; ``sources`` (not None) offers the fold cache,
-    ``folded_operands``, which costs no GPU time per call but is an op call per step. A GEMM launched directly
+    chooses the GEMM with that many weight-sized passes per call; ``sources`` (not None) offers the fold cache
+    (``folded_epilogue_gemm``: the GEMM as an op that keeps W·γ between calls), which costs no GPU time per call but
+    is an op call per step. A GEMM launched directly
     has no Python per step, so the cache's host time would show in a step as short as that GEMM: it folds in
     the graph instead (one kernel Inductor fuses, priced by ``choose``)."""
     if sources is None:
@@ -739,7 +750,12 @@ def apply(graph: Graph, ctx) -> None:
         if not choice.fused:
             site.record.reason += f"; statistics from Inductor's reduction (producer GEMM: {choice.reason})"
             continue
-        _insert_producer(graph, site, consumer, residual, normalized_from, choice)
+        try:
+            _insert_producer(graph, site, consumer, residual, normalized_from, choice)
+        except Exception as e:  # never an exception in the user's compile: the trace fails before any change
+            site.record.reason += f"; statistics from Inductor's reduction (the producer's rewrite failed: " \
+                                  f"{type(e).__name__}: {e})"
+            continue
         site.record.reason += f"; producer GEMM writes the stream and its row statistics ({choice.reason})"
         if normalized_from is not None:
             site.record.reason += "; it reads its residual, the previous norm's output, normalized on load"
@@ -753,26 +769,26 @@ def _insert_producer(graph: Graph, site: Site, consumer, residual: Node, normali
     gemm = regrouped.gemm_call(config)
     mm = consumer.node
     a = mm.args[0] if mm.target == aten.mm.default else mm.args[1]
-    x_shape = _static_view(site.x.meta["val"].shape)
+    x_shape = _view_shape(site.x.meta["val"].shape)
     N = x_shape[-1]
-    stat_shape = _static_view(site.rstd.meta["val"].shape)
+    stat_shape = _view_shape(site.rstd.meta["val"].shape)
     norm, eps, w_kn = site.norm, site.eps, consumer.weight_kn
     residual_norm = normalized_from.norm if normalized_from is not None else "none"
 
-    def producer(a, w, bias, residual, r_rstd, r_mean, r_gamma, r_beta):
+    def producer(a, w, bias, residual, r_rstd, r_mean, r_gamma, r_beta, eps_tensor=None):
         r = residual.reshape(-1, N).contiguous()
         r_scale = r_rstd.reshape(-1).float() if r_rstd is not None else None
         r_shift = (r_rstd * r_mean).reshape(-1).float() if r_mean is not None else None
         z, _, partials = gemm(a, w, bias, r, None, None, None, "none", "none", False, norm, w_kn, residual_norm,
                               r_scale, r_shift, r_gamma, r_beta, backend)
-        rstd, mean = regrouped.finish_stats(partials, N, eps, norm)
+        rstd, mean = regrouped.finish_stats(partials, N, eps if eps_tensor is None else eps_tensor, norm)
         results = [z.view(x_shape), rstd.view(stat_shape)]
         if mean is not None:
             results.append(mean.view(stat_shape))
         return tuple(results)
 
     inputs = dict(a=a, w=consumer.weight, bias=consumer.bias, residual=residual, r_rstd=None, r_mean=None,
-                  r_gamma=None, r_beta=None)
+                  r_gamma=None, r_beta=None, eps_tensor=eps if isinstance(eps, Node) else None)
     if normalized_from is not None:
         src = normalized_from
         inputs.update(residual=src.x, r_rstd=src.rstd, r_mean=src.mean if src.norm == "ln" else None,

@@ -238,7 +238,7 @@ def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
     assert kwargs["BLOCK_N"] == cfg["BLOCK_N"] and kwargs["ROW_NORM"] == eg.STATS["rms"]
     assert sorted(k for k, v in kwargs.items() if v is nodes["a"]) == ["a_ptr"]
     targets = {n.target for n in graph.nodes}
-    assert torch.ops.norm_fusion.epilogue_gemm.default not in targets
+    assert torch.ops.norm_fusion.epilogue_gemm.default not in targets and torch.ops.norm_fusion.folded_epilogue_gemm.default not in targets
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
 
 

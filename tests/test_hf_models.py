@@ -129,3 +129,80 @@ def test_bf16_inference_matches_float64(family):
         [s.line() for s in nfi.reports()]
     assert rel_err(out, ref64) < max(2e-2, 1.5 * rel_err(eager, ref64))
     torch._dynamo.reset()
+
+
+# (family, train, how the lengths are made dynamic): Llama trained with dynamic=True (batch and sequence both
+# symbolic: several dynamic dims, eps lifted into a graph tensor), Qwen3 with the sequence marked dynamic (its
+# QK-norms + RoPE then go into the q/k projection's epilogue with a symbolic length).
+DYNAMIC_CASES = [("llama", True, "dynamic=True"), ("qwen3", False, "mark_dynamic")]
+
+
+@pytest.mark.parametrize("family, train, how", DYNAMIC_CASES, ids=[f"{f}-{h}" for f, _, h in DYNAMIC_CASES])
+def test_ten_sequence_lengths_compile_once_and_stay_fused(family, train, how, monkeypatch, tmp_path):
+    """Dynamic shapes: one compile serves ten sequence lengths (no recompile), every regrouped site of it rewritten
+    (producers included), the output — and in training every gradient — as eager's at each length. On the GPU the
+    epilogue GEMMs are launched from Inductor's generated code, the symbolic M (a product of two sizes under
+    dynamic=True) read from the input: there the timings are faked (every GEMM wins, the tuning is real), since a
+    launch from the generated code needs a measured choice (policy "always" takes the op)."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.graph import GraphLowering
+
+    from norm_fusion_inductor import selection
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    options = ALWAYS
+    if device == "cuda":
+        real = selection._measure_epilogue
+        monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
+            real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
+        options = {"norm_fusion": {"policy": "auto", "fusions": nfi.FUSIONS, "gemm_backends": ("triton",),
+                                   "cache_dir": str(tmp_path)}}
+    torch.manual_seed(0)
+    model = hf_models.tiny_model(family, layers=1).to(device)
+    _norm_weights_away_from_init(model)
+    model.train(train)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    codes = []
+    torch._dynamo.reset()
+    counters.clear()
+    nfi.clear_reports()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(GraphLowering, "save_output_code", staticmethod(codes.append))
+        compiled = torch.compile(model, backend="norm_fusion", options=options,
+                                 dynamic=True if how == "dynamic=True" else None)
+        for i, seq in enumerate((5, 12, 7, 16, 3, 9, 20, 11, 6, 14)):
+            ids = torch.randint(0, 100, (2, seq), generator=torch.Generator().manual_seed(seq)).to(device)
+            if how == "mark_dynamic":
+                torch._dynamo.mark_dynamic(ids, 1)
+            with torch.set_grad_enabled(train):
+                out = compiled(input_ids=ids).logits
+                ref = model(input_ids=ids).logits
+            assert rel_err(out, ref) < 1e-5, seq
+            if train:
+                grad = torch.randn_like(out)
+                (out * grad).sum().backward()
+                fused = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+                model.zero_grad()
+                (ref * grad).sum().backward()
+                for name, p in model.named_parameters():
+                    if p.grad is not None:
+                        assert (fused[name] - p.grad).norm() <= 1e-4 * p.grad.norm() + 1e-6, (seq, name)
+                model.zero_grad()
+            if i == 0:
+                graphs = counters["stats"]["unique_graphs"]
+                sites = nfi.reports()
+                regrouped = [s for s in sites if s.fusion == "regrouped_norm"]
+                lines = [s.line() for s in sites]
+                assert len(regrouped) == EXPECTED[family]["regrouped_norm"] - 2, lines  # one layer of two
+                assert all(s.rewritten for s in regrouped), lines
+                assert sum("producer GEMM writes the stream" in s.reason for s in regrouped) == 2, lines
+                qk = sum("QK-norm + RoPE in the epilogue" in s.reason for s in regrouped)
+                assert qk == (1 if family in QK_NORMS else 0), lines
+                if device == "cuda":
+                    code = "\n".join(codes)
+                    assert "epilogue_gemm_kernel" in code and "epilogue_gemm.default(" not in code
+                nfi.clear_reports()
+    assert counters["stats"]["unique_graphs"] == graphs and not nfi.reports(), "a length recompiled"
+    torch._dynamo.reset()

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from norm_fusion_inductor import selection
+from norm_fusion_inductor import selection, timing
 from norm_fusion_inductor.config import OLDER_FUSIONS, NormFusionConfig
 from norm_fusion_inductor.kernels import norm_gemm
 
@@ -80,7 +80,7 @@ def test_training_prologue_site_is_declined_without_measuring(measured):
 def test_copy_is_an_sm_kernel():
     """The bound's copy must not be Tensor.copy_ (a memcpy node on the copy engines when graph-captured)."""
     src, dst = torch.randn(64, 32), torch.empty(64, 32)
-    assert torch.equal(selection._copy(dst, src), -src)
+    assert torch.equal(timing.sm_copy(dst, src), -src)
     import inspect
 
     assert ".copy_(" not in inspect.getsource(selection)

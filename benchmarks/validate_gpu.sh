@@ -5,8 +5,6 @@
 #   bash benchmarks/validate_gpu.sh sweep [i/n]  # the issue's RMS sweep (or its i-th of n slices), with the control (~9 min)
 #   bash benchmarks/validate_gpu.sh ln [i/n]     # the LayerNorm sweep (K, N <= 2048): ~8 min a half (child compiles)
 #   bash benchmarks/validate_gpu.sh post ln 1/2  # half of the post-norm sweep of one norm (ln|rms)      (~5 min)
-#   bash benchmarks/validate_gpu.sh backward # the fused backward: its GPU tests, then a training step    (~5 min?)
-#   bash benchmarks/validate_gpu.sh dgrad    # the dgrad kernel's GPU tests, then it alone vs torch.compile (~6 min?)
 #   bash benchmarks/validate_gpu.sh attention [bench args]  # FlashNormAttention: GPU tests, kernel configs, bench
 #   bash benchmarks/validate_gpu.sh acc_ab   # FlashNormAttention: the residual in the forward's accumulator, tests + A/B (~5 min?)
 #   bash benchmarks/validate_gpu.sh recsys   # the recommendation block: attention GPU tests, breakdowns, e2e, dq̂ configs (~8 min?)
@@ -66,79 +64,12 @@ e2e)  # issue 7: Llama, BERT and the recommendation block, inference and trainin
     timeout ${E2E_TIMEOUT:-560} python3 benchmarks/e2e.py --no-max-autotune --json "$OUT/e2e.json" 2>&1 \
         | grep -v Warning | tail -30 | tee "$OUT/e2e.log"
     ;;
-backward)
-    python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line 2>&1 \
-        | tail -8 | tee "$OUT/backward_tests.log"
-    for n in rms ln; do
-        python3 benchmarks/backward.py --norm $n --no-max-autotune --json "$OUT/backward_$n.json" \
-            --shapes 65536x1024x1024 65536x2048x256 65536x256x2048 2>&1 | tail -4 | cut -c1-600
-    done
-    ;;
-dgrad)  # whether the fused backward can pay in compiled training: the dgrad + norm-backward piece alone
-    timeout 150 python3 -m pytest tests/test_gpu_post_norm.py -k dgrad -q -p no:warnings --show-capture=no --tb=line \
-        2>&1 | tail -6 | tee "$OUT/dgrad_tests.log"
-    for n in rms ln; do
-        timeout 200 python3 benchmarks/backward.py --kernels --norm $n --no-max-autotune --json "$OUT/dgrad_$n.json" \
-            --shapes ${SHAPES:-65536x1024x1024 65536x2048x256 65536x256x2048 65536x2048x2048} 2>&1 \
-            | python3 -c "import sys, json
-for line in sys.stdin:
-    if not line.startswith('{'): print(line.rstrip()[:300]); continue
-    r = json.loads(line); e = r['err_fused']
-    print(r['norm'], r['M'], r['K'], r['N'], 'default %.4f fused %.4f mm %.4f normbwd %.4f ratio %.3f hidden %.0f%%' % (
-        r['t_default'], r['t_fused'], r['t_dgrad_mm'], r['t_norm_bwd'], r['ratio_fused'], 100 * r['hidden_fused']),
-        'err fused', {k: '%.1e' % v for k, v in e.items()}, 'default', {k: '%.1e' % v for k, v in r['err_default'].items()})
-" | tee -a "$OUT/dgrad_kernels.log"
-    done
-    ;;
-attention)
-    shift
-    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -q -p no:warnings --show-capture=no --tb=short \
-        > "$OUT/attention_tests.log" 2>&1; grep -E "passed|failed|Error|assert" "$OUT/attention_tests.log" | tail -30
-    timeout 120 python3 benchmarks/attention.py --configs --heads 4 --max-lens 1024 2>&1 | tail -16 \
-        | tee "$OUT/attention_configs.log"
-    timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/attention.py --no-max-autotune --json "$OUT/attention.json" \
-        "$@" 2>&1 | grep "^|\|Error" | tee "$OUT/attention.log"
-    ;;
-diff)  # the kernels an unfused plugin graph launches against the default's, then half the LayerNorm post sweep
-    timeout 120 python3 benchmarks/diagnostics/unfused_diff.py --norm ln --shape 65536x256x256 2>&1 | tail -30 | tee "$OUT/unfused_diff.log"
-    timeout 380 python3 benchmarks/postnorm.py --norm ln --part 1/2 --no-max-autotune --json "$OUT/postnorm_ln.json" \
-        2>&1 | grep --line-buffered "^|\|median\|worst" | tee "$OUT/postnorm_ln.log"
-    ;;
-acc_ab)  # FlashNormAttention's forward with the residual q̂ in its accumulator (RESIDUAL_IN_ACC): right? faster?
-    timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py -k "residual_in_accumulator or (matches_float64 and silu)" \
-        -q -p no:warnings --show-capture=no --tb=short 2>&1 | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/acc_tests.log"
-    for flag in "" "--residual-in-acc"; do
-        for shape in "--dense --max-lens 512" "--max-lens 1024"; do
-            timeout 120 python3 benchmarks/attention.py --configs --heads 4 --activations silu $shape $flag 2>&1 \
-                | grep -E "config|Error|residual" | tee -a "$OUT/acc_ab.log"
-            timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu $shape $flag 2>&1 \
-                | grep -E "breakdown|Error" | head -4 | tee -a "$OUT/acc_ab.log"
-        done
-    done
-    for shape in "--dense --max-lens 512" "--max-lens 1024"; do  # the backward row kernels with smaller tiles
-        timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu $shape \
-            --row-launch 1024 4 16 2>&1 | grep -E "breakdown|Error|row kernels" | head -9 | tee -a "$OUT/acc_ab.log"
-    done
-    ;;
-recsys)  # issue 7's recommendation block: its kernels' GPU tests, per-kernel times with and without k/v gradients
-    # (e2e.py feeds k and v without grad), e2e.py's recommendation block, then the dq̂ kernel's configs
-    timeout 240 python3 -m pytest tests/test_gpu_norm_attention.py -q -p no:warnings --show-capture=no --tb=short \
-        2>&1 | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/attention_tests.log"
-    for flag in "" "--frozen-kv"; do
-        timeout 90 python3 benchmarks/attention.py --breakdown --heads 4 --activations silu --dense --max-lens 512 \
-            $flag 2>&1 | grep -E "breakdown|Error" | tee -a "$OUT/breakdown.log"
-    done
-    timeout 300 python3 benchmarks/e2e.py --no-max-autotune --cases recsys_block --json "$OUT/e2e_recsys.json" 2>&1 \
-        | grep -v Warning | tail -20 | tee "$OUT/e2e_recsys.log"
-    timeout 120 python3 benchmarks/attention.py --configs --frozen-kv --heads 4 --activations silu --dense \
-        --max-lens 512 2>&1 | grep -E "config|Error" | tee "$OUT/configs_frozen_kv.log"
-    ;;
 launch)  # FlashNormAttention through the cached launcher (CACHED_LAUNCH_BY_DEFAULT): right? less host time? (~2 min)
     timeout 200 python3 -m pytest tests/test_gpu_norm_attention.py tests/test_gpu.py \
         -k "cached_launches or repeated_launches" -q -p no:warnings --show-capture=no --tb=short 2>&1 \
         | grep -E "passed|failed|Error|assert" | tail -8 | tee "$OUT/launch_tests.log"
     for flag in "" "--cached-launch" "" "--cached-launch"; do
-        (cd benchmarks && timeout 60 python3 attention_host.py --heads 2 --max-len 512 $flag 2>&1) \
+        (cd benchmarks && timeout 60 python3 diagnostics/attention_host.py --heads 2 --max-len 512 $flag 2>&1) \
             | grep -E "cached|host|Error" | tee -a "$OUT/attention_host.log"
     done
     ;;

@@ -11,12 +11,12 @@ form; the normalized tensor is never written, and the GEMM that produced z never
 
 ``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
 stats, w_kn, residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
-residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None)
--> (out, aux, partials)``: the Triton kernel ``kernels.epilogue_gemm`` where
+residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None,
+head_eps_tensor=None) -> (out, aux, partials)``: the Triton kernel ``kernels.epilogue_gemm`` where
 it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Quack's CuTe-DSL GEMM
 (``kernels.quack_epilogue_gemm``) where it is installed and takes the epilogue; else the next of those, and the
 same math in torch ops last, with the reason logged once. ``head_dim`` adds a per-head RMSNorm of the output
-(QK-norm: weight ``head_weight``, ``head_eps``) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
+(QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d ``head_eps_tensor`` that dynamic shapes make of it) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
 rotate-half rotary embedding after it — for a q/k projection (Triton kernel only). No autograd: the pass inserts
 it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 
@@ -57,7 +57,7 @@ def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, re
 def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
                       residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
                       residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
-                      rope_cos=None, rope_sin=None, *, config: Optional[dict] = None):
+                      rope_cos=None, rope_sin=None, head_eps_tensor=None, *, config: Optional[dict] = None):
     """The op's computation, with its arguments. ``config`` (Triton backend): that block config instead of the
     tuned one — how the pass traces a direct launch into its graph (``launch_config``), the kernel launched from
     Inductor's generated code with no Python op per call."""
@@ -69,6 +69,8 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
             residual_scale, residual_shift, residual_weight, residual_bias)))
     head_norm = None
     if head_dim:
+        if head_eps_tensor is not None:  # a graph input under dynamic shapes (0-d, on the host): one fp32 element
+            head_eps = head_eps_tensor.reshape(1).to(device=a.device, dtype=torch.float32)
         head_norm = kernel.HeadNorm(head_weight.contiguous(), head_eps, *(
             t.contiguous() if t is not None else None for t in (rope_cos, rope_sin)))
     a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
@@ -99,7 +101,8 @@ _LIB.define(
     "str row_norm, str activation, bool write_aux, str stats, bool w_kn, str residual_norm='none', "
     "Tensor? residual_scale=None, Tensor? residual_shift=None, Tensor? residual_weight=None, "
     "Tensor? residual_bias=None, str backend='triton', int head_dim=0, Tensor? head_weight=None, "
-    "float head_eps=0.0, Tensor? rope_cos=None, Tensor? rope_sin=None) -> (Tensor, Tensor, Tensor)",
+    "float head_eps=0.0, Tensor? rope_cos=None, Tensor? rope_sin=None, Tensor? head_eps_tensor=None) "
+    "-> (Tensor, Tensor, Tensor)",
     tags=STREAM_INPUT_TAGS)
 _LIB.impl("epilogue_gemm", run_epilogue_gemm, "CompositeExplicitAutograd")
 epilogue_gemm = torch.ops.norm_fusion.epilogue_gemm.default
@@ -183,7 +186,7 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 @torch.library.register_fake("norm_fusion::epilogue_gemm", lib=_LIB)
 def _epilogue_gemm_fake(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
       residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton",
-      head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
+      head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None, head_eps_tensor=None):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED
@@ -440,14 +443,14 @@ def kept_fold(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: O
 
 def run_folded_epilogue_gemm(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation,
                              write_aux, w_kn, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
-                             rope_cos=None, rope_sin=None):
+                             rope_cos=None, rope_sin=None, head_eps_tensor=None):
     """A consumer's epilogue GEMM (:func:`run_epilogue_gemm`) with its weight-side operands W·γ, u, v from
     :func:`kept_fold`. One op, so the kept tensors never reach Inductor: an op's outputs are buffers it owns
     and may reuse or update in place after their last read, which corrupted a fold kept as an op's output."""
     w, u, v = kept_fold(w0, w1, gamma, beta, b0, b1, w_kn, row_norm == "ln", sources)
     return run_epilogue_gemm(a, w, v, None, scale, shift, u, row_norm, activation, write_aux, "none", w_kn,
                              backend=backend, head_dim=head_dim, head_weight=head_weight, head_eps=head_eps,
-                             rope_cos=rope_cos, rope_sin=rope_sin)
+                             rope_cos=rope_cos, rope_sin=rope_sin, head_eps_tensor=head_eps_tensor)
 
 
 # The pass uses it in inference graphs only (no backward, no CUDA graphs: a replayed graph runs no Python), with
@@ -456,14 +459,15 @@ _LIB.define(
     "folded_epilogue_gemm(Tensor a, Tensor w0, Tensor? w1, Tensor? gamma, Tensor? beta, Tensor? b0, Tensor? b1, "
     "Tensor[] sources, Tensor? scale, Tensor? shift, str row_norm, str activation, bool write_aux, bool w_kn, "
     "str backend='triton', int head_dim=0, Tensor? head_weight=None, float head_eps=0.0, Tensor? rope_cos=None, "
-    "Tensor? rope_sin=None) -> (Tensor, Tensor, Tensor)",
+    "Tensor? rope_sin=None, Tensor? head_eps_tensor=None) -> (Tensor, Tensor, Tensor)",
     tags=STREAM_INPUT_TAGS)
 _LIB.impl("folded_epilogue_gemm", run_folded_epilogue_gemm, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("norm_fusion::folded_epilogue_gemm", lib=_LIB)
 def _(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation, write_aux, w_kn,
-      backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None):
+      backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None,
+      head_eps_tensor=None):
     folded = w0 if w1 is None else (w0.new_empty(w0.shape[0], 2 * w0.shape[1]) if w_kn
                                     else w0.new_empty(2 * w0.shape[0], w0.shape[1]))
     return _epilogue_gemm_fake(a, folded, None, None, scale, shift, None, row_norm, activation, write_aux, "none",

@@ -588,7 +588,7 @@ def _matmul_form_reason(x: Node, path: list) -> str:
             + ", ".join(str(n.target).split(".")[-2] for n in path) + ")")
 
 
-def _qk_norm_reason(ctx, head_dim: int, eps_is_tensor: bool = False) -> str:
+def _qk_norm_reason(ctx, head_dim: int) -> str:
     """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
     projection it rewrites (regrouped_norm._find_head_norm)."""
     from norm_fusion_inductor.regrouped import head_dim_problem
@@ -598,18 +598,8 @@ def _qk_norm_reason(ctx, head_dim: int, eps_is_tensor: bool = False) -> str:
                 "off (fusions 'regrouped_norm')")
     if head_dim_problem(head_dim):
         return "the q/k projection's epilogue cannot take it: " + head_dim_problem(head_dim)
-    if eps_is_tensor:
-        return ("its eps is a graph tensor (dynamic shapes lift the module's float), and the q/k projection's "
-                "epilogue takes eps as a number")
     return ("the regrouped_norm family did not take it into a q/k projection's epilogue (it takes a per-head "
             "RMSNorm, ± RoPE, only right after a projection it rewrites, the per-head view its only reader)")
-
-
-def _eps_is_graph_tensor(rsqrt: Node) -> bool:
-    added = rsqrt.args[0]
-    return (getattr(added, "target", None) in (aten.add.Tensor, aten.add.Scalar)
-            and any(isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dim() == 0
-                    for a in added.args))
 
 
 def report_leftover_norms(graph: Graph, ctx) -> None:
@@ -627,8 +617,7 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
             reason = ("feeds attention: a per-head q/k norm (QK-norm); "
-                      + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1]),
-                                        _eps_is_graph_tensor(node)))
+                      + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1])))
         elif fed == "attention":
             site = ctx.site("standalone", norm, node)
             reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "

@@ -174,7 +174,7 @@ class HeadNorm:
     (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one."""
     view: Node  # the [B, L, H, D] view of the projection's output
     weight: Node
-    eps: float
+    eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
     output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's
     nodes: frozenset  # every node from the view to ``output``
     transposed: bool  # ``output`` is [B, H, L, D] (the transpose came first, or RoPE after it)
@@ -229,9 +229,8 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
         return None
     transposed = match.kwargs["x"] is not view
     eps = _eps(match)
-    if not isinstance(eps, (int, float)):  # a graph tensor (dynamic shapes): the kernel takes a number
-        return None
-    head = HeadNorm(view, weight, float(eps), match.output_node(),
+    eps = float(eps) if isinstance(eps, (int, float)) else eps  # a 0-d graph tensor under dynamic shapes
+    head = HeadNorm(view, weight, eps, match.output_node(),
                     frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
     inner = head.nodes - {head.output}
@@ -566,7 +565,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     if head is not None:  # B and L may be symbolic: the trace reads them from its inputs' sizes
         B, L, H, D = head.view.meta["val"].shape
 
-    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, head_weight=None, cos=None, sin=None, **params):
+    def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, head_weight=None, cos=None, sin=None, head_eps=None,
+                 **params):
         a = x.reshape(-1, K)
         g = gamma.float() * scale_c if gamma is not None else None
         if g is None and scale_c != 1.0:
@@ -577,8 +577,12 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         activation, on = rw.activation, dict(backend=backend)
         if head is not None:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece)
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
-            activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, head_eps=head.eps,
-                                          rope_cos=tables[0], rope_sin=tables[1])
+            activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
+                                          rope_sin=tables[1])
+            if head_eps is None:
+                on["head_eps"] = head.eps
+            else:  # a graph input (dynamic shapes): the kernel reads it
+                on["head_eps_tensor"] = head_eps
         if params:  # W·γ kept between calls, inside the op call (the GEMM is an op whenever the fold is kept)
             out, aux_out, _ = torch.ops.norm_fusion.folded_epilogue_gemm(
                 a, w0, w1, g, bt, b0, b1, [params[k] for k in sorted(params)], scale, shift, norm, activation, aux,
@@ -607,7 +611,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     inputs = dict(x=x, rstd=rstd, mean=mean if norm == "ln" else None, gamma=gamma, beta=beta, w0=w_nodes[0],
                   w1=w_nodes[1], b0=b_nodes[0], b1=b_nodes[1])
     if head is not None:
-        inputs.update(head_weight=head.weight, cos=head.cos, sin=head.sin)
+        inputs.update(head_weight=head.weight, cos=head.cos, sin=head.sin,
+                      head_eps=head.eps if isinstance(head.eps, Node) else None)
     inputs.update({f"param{i:03d}": node for i, node in enumerate(sources or ())})
     outputs = insert_traced(graph, consumer, inputs, before=first, functional=config is not None)
     replaced = rw.act_output if rw.act_output is not None else rw.pre[0]

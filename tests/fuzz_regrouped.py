@@ -163,6 +163,8 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
             cos, sin = angles.cos().to(device, dt), angles.sin().to(device, dt)
         head = (weight, 1e-6, cos, sin)
         head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin)
+        if rng.random() < 0.3:  # eps as dynamic shapes pass it: a 0-d fp64 graph input on the host
+            head_args.update(head_eps=0.0, head_eps_tensor=torch.tensor(1e-6, dtype=torch.float64))
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do
     out, aux, partials = regrouped.epilogue_gemm(a, w, bias, residual, scale, shift, u, e.row_norm, e.activation,
                                                  e.write_aux, e.stats, case["w_kn"], e.residual_norm,

@@ -142,13 +142,15 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux", [(True, False), (False, False), (True, True)],
-                         ids=["rope", "no_rope", "rope_aux"])
-def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux):
+@pytest.mark.parametrize("rope, write_aux, eps_tensor", [(True, False, False), (False, False, False),
+                                                         (True, True, False), (True, False, True)],
+                         ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor"])
+def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
-    before the per-head norm is stored too, for the norm's backward."""
+    before the per-head norm is stored too, for the norm's backward. ``eps_tensor``: eps as dynamic shapes pass
+    it, a 0-d fp64 tensor on the host, which the kernel reads."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
         N = heads * head_dim
@@ -160,15 +162,18 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
         epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope)
         assert eg.unsupported_reason(a, w, False, epilogue) is None
+        eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
+        eps = dict(head_eps_tensor=torch.tensor(eps_value, dtype=torch.float64)) if eps_tensor else dict(
+            head_eps=eps_value)
         out, aux, _ = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", write_aux,
                                               "none", False, head_dim=head_dim, head_weight=head_weight,
-                                              head_eps=1e-6, rope_cos=cos, rope_sin=sin)
+                                              rope_cos=cos, rope_sin=sin, **eps)
         z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
         if write_aux:
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
         else:
             assert aux.numel() == 0
-        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + 1e-6) * head_weight.double()
+        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
         if rope:
             half = head_dim // 2
             rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
@@ -949,11 +954,12 @@ def test_opcheck_per_head_norm():
     a = torch.randn(M, K, device=DEVICE, dtype=DTYPES[0])
     w = torch.randn(N, K, device=DEVICE, dtype=DTYPES[0])
     cos, sin = (t.to(DTYPES[0]) for t in _rotary_tables(torch.arange(M), D, DEVICE))
-    torch.library.opcheck(torch.ops.norm_fusion.epilogue_gemm.default,
-                          (a, w, None, None, torch.rand(M, device=DEVICE) + 0.5, None, None, "rms", "none", False,
-                           "none", False),
-                          dict(head_dim=D, head_weight=torch.rand(D, device=DEVICE, dtype=DTYPES[0]), head_eps=1e-6,
-                               rope_cos=cos, rope_sin=sin))
+    for eps in (dict(head_eps=1e-6), dict(head_eps_tensor=torch.tensor(1e-6, dtype=torch.float64))):
+        torch.library.opcheck(torch.ops.norm_fusion.epilogue_gemm.default,
+                              (a, w, None, None, torch.rand(M, device=DEVICE) + 0.5, None, None, "rms", "none",
+                               False, "none", False),
+                              dict(head_dim=D, head_weight=torch.rand(D, device=DEVICE, dtype=DTYPES[0]),
+                                   rope_cos=cos, rope_sin=sin, **eps))
 
 
 def test_fuzzed_cases_match_float64():

@@ -408,6 +408,10 @@ def _epilogue_gemm(eg):
             tables = _empty(M, head_dim)
             eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True),
                       scale=rows, head_norm=eg.HeadNorm(_empty(head_dim), 1e-6, tables, tables))
+    # its eps read from a tensor (a graph input under dynamic shapes)
+    eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
+              scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),
+                                                _empty(M, 128)))
     # the RMSNorm backward on the dgrad (c̄ given) on every config it runs with, at a width of several tiles, with dR
     for cfg in eg.norm_backward_configs():
         eg.launch(cfg, _empty(M, N), _empty(N, K), _empty(M, K), w_kn=True, residual=_empty(M, K), scale=rows,

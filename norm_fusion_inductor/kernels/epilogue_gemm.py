@@ -249,11 +249,12 @@ def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m,
 def epilogue_gemm_kernel(
     a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
     res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, x_ptr, gamma_ptr, colpart_ptr,
-    head_weight_ptr, cos_ptr, sin_ptr, head_eps,
+    head_weight_ptr, cos_ptr, sin_ptr, head_eps, head_eps_ptr,
     M, N, K, stride_am, stride_wn, stride_om, stride_rm, stride_xm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
     HEAD_DIM: tl.constexpr,  # 0 none, else a per-head RMSNorm over each HEAD_DIM columns
+    HEAD_EPS_FROM_PTR: tl.constexpr,  # its eps read from head_eps_ptr (a graph tensor), not head_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
@@ -333,7 +334,8 @@ def epilogue_gemm_kernel(
         if HEAD_DIM != 0:
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
-            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, head_eps, offs_m, M, ROPE, BLOCK_M, BLOCK_N,
+            eps = tl.load(head_eps_ptr).to(tl.float32) if HEAD_EPS_FROM_PTR else head_eps
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, ROPE, BLOCK_M, BLOCK_N,
                              HEAD_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
@@ -536,10 +538,11 @@ class ResidualNorm:
 
 @dataclasses.dataclass(frozen=True)
 class HeadNorm:
-    """A per-head RMSNorm's weight [D] and eps, and the rotary tables cos, sin [M, D] (rows by token) or None."""
+    """A per-head RMSNorm's weight [D] and eps (a number, or a one-element fp32 tensor on the kernel's device: a
+    graph input under dynamic shapes), and the rotary tables cos, sin [M, D] (rows by token) or None."""
 
     weight: torch.Tensor
-    eps: float
+    eps: float | torch.Tensor
     cos: torch.Tensor | None = None
     sin: torch.Tensor | None = None
 
@@ -576,12 +579,14 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         *(t if t is not None else dummy for t in (x, gamma, colpart)),
         *(t if t is not None else dummy for t in (
             (head_norm.weight, head_norm.cos, head_norm.sin) if head_norm is not None else (None,) * 3)),
-        head_norm.eps if head_norm is not None else 0.0,
+        head_norm.eps if head_norm is not None and not isinstance(head_norm.eps, torch.Tensor) else 0.0,
+        head_norm.eps if head_norm is not None and isinstance(head_norm.eps, torch.Tensor) else dummy,
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
         x.stride(0) if x is not None else 0)
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, ROPE=epilogue.rope,
+        HEAD_EPS_FROM_PTR=head_norm is not None and isinstance(head_norm.eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,

@@ -16,9 +16,10 @@ head_eps_tensor=None) -> (out, aux, partials)``: the Triton kernel ``kernels.epi
 it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Quack's CuTe-DSL GEMM
 (``kernels.quack_epilogue_gemm``) where it is installed and takes the epilogue; else the next of those, and the
 same math in torch ops last, with the reason logged once. ``head_dim`` adds a per-head RMSNorm of the output
-(QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d ``head_eps_tensor`` that dynamic shapes make of it) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
-rotate-half rotary embedding after it — for a q/k projection (Triton kernel only). No autograd: the pass inserts
-it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
+(QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d ``head_eps_tensor`` that dynamic shapes make of it)
+and, with ``rope_cos``/``rope_sin`` [M, head_dim], the rotate-half rotary embedding after it — for a q/k
+projection (Triton kernel only). No autograd: the pass inserts it into joint graphs after autograd, whose backward
+reads ``aux`` (the pre-activation) and the statistics.
 
 The backward regroups the same way (docs/design_notes/regrouped_backward.md). For a pre-norm RMSNorm
 n = x·rstd·γ read by one linear (z = n Wᵀ): dn = dz W is that linear's dgrad, and its epilogue finishes the norm's
@@ -184,9 +185,10 @@ def _tma_operands(a: Tensor, w: Tensor, residual: Optional[Tensor], w_kn: bool):
 
 
 @torch.library.register_fake("norm_fusion::epilogue_gemm", lib=_LIB)
-def _epilogue_gemm_fake(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn, residual_norm="none",
-      residual_scale=None, residual_shift=None, residual_weight=None, residual_bias=None, backend="triton",
-      head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None, head_eps_tensor=None):
+def _epilogue_gemm_fake(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
+                        residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
+                        residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
+                        rope_cos=None, rope_sin=None, head_eps_tensor=None):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED

@@ -634,10 +634,10 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
 def choose_fold(choose: Callable, passes: int, sources: Optional[list], note: str) -> tuple:
     """(choice, sources, note): how a consumer's W·γ is computed, with the GEMM's choice. ``choose(passes)``
     chooses the GEMM with that many weight-sized passes per call; ``sources`` (not None) offers the fold cache
-    (``folded_epilogue_gemm``: the GEMM as an op that keeps W·γ between calls), which costs no GPU time per call but
-    is an op call per step. A GEMM launched directly
-    has no Python per step, so the cache's host time would show in a step as short as that GEMM: it folds in
-    the graph instead (one kernel Inductor fuses, priced by ``choose``)."""
+    (``folded_epilogue_gemm``: the GEMM as an op that keeps W·γ between calls), which costs no GPU time per call
+    but is an op call per step. A GEMM launched directly has no Python per step, so the cache's host time would
+    show in a step as short as that GEMM: it folds in the graph instead (one kernel Inductor fuses, priced by
+    ``choose``)."""
     if sources is None:
         return choose(passes), None, note
     choice = choose(0)

@@ -28,32 +28,28 @@ class NormFusionConfig:
     #: time, cached); "always": rewrite every supported site; "never": rewrite nothing, only report the sites
     policy: str = "auto"
     #: with policy "auto", the fused kernel must beat the unfused lower bound by this factor. The bound (cuBLAS plus
-    #: a copy of the bytes fusing saves, timed on the SMs) sits within 0–9 % of torch.compile's time (H200 sweeps
-    #: of the older families, 110 shapes, docs/benchmarks_journal.md 2026-11-30: of the sites it favoured by
-    #: ≥ 1.1x none ran slower fused, by 1.0x one did, 1.03x). At 1.05 the regrouped rewrite ran the Llama-3-8B,
-    #: Qwen3, BERT-base and GPT-2-medium layers 1.044x, 1.078x, 1.008x and 0.998x in inference and 0.993–0.996x
-    #: in training (BENCHMARKS.md); at 1.1 it declined most of those sites. The older prologue families keep
-    #: their calibrated 1.1 as a floor (selection.PROLOGUE_MIN_SPEEDUP), attention sites 1.25
+    #: a copy of the bytes fusing saves, timed on the SMs) sits close to torch.compile's time, so a small margin
+    #: suffices; at 1.1 the regrouped rewrite declined most of the transformer-layer sites it takes at 1.05. The
+    #: older prologue families keep their calibrated 1.1 as a floor (selection.PROLOGUE_MIN_SPEEDUP), attention
+    #: sites 1.25; see docs/decisions.md#confignormfusionconfigmin_speedup
     min_speedup: float = 1.05
     #: with policy "auto", where the unfused alternative itself is compiled and timed side by side with the fused
     #: op (the attention block, in a child process: selection.choose_attention), the factor the fused op must win
     #: by. Timed alone, the block hides what a real graph gains by fusing the block's neighbours into its unfused
-    #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot: the recommendation
-    #: block measured 1.093x faster fused alone and ran 0.979x in its training step (H200, 2026-11-30, docs/benchmarks_journal.md)
+    #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot, so a block that wins
+    #: alone can lose in its training step; see docs/decisions.md#confignormfusionconfigcompiled_min_speedup
     compiled_min_speedup: float = 1.15
     #: with policy "auto", a matmul site the lower bound leaves undecided (the fused kernel faster than the bound
     #: but not by min_speedup; for pre-norm LayerNorm, within selection.NEAR_MISS_LAYER_NORM of it) is compiled
     #: both ways (torch.compile default, and this plugin fusing it) in a child process and timed side by side
     #: (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound counts the norm as a
-    #: copy (Inductor's LayerNorm at K = 2048: 0.200 vs 0.131 ms) and the eager LayerNorm entry runs its weight
-    #: preparation as separate kernels, so near misses can be real wins. H200 LayerNorm sweep (2026-11-30, eighth
-    #: session, docs/benchmarks_journal.md): asked at 20 of 32 sites, it fused two the bound had left unfused (0.86x and 0.87x
-    #: the default), none it fused ran slower, and it declined one that ran 0.85x (1.14x in the child). Also
-    #: asked where a Gluon plan wins with a host time per call above selection.HOST_BOUND_RISK of its GPU time.
-    #: Costs a child compile (20-60 s) per such site on a cold cache (the choice is cached on disk). Off by
-    #: default: on the transformer layers, where the regrouped family takes the sites first, it declined every
-    #: site it was asked about and was a quarter of the first compile (Llama-3-8B training step, H200: two child
-    #: compiles, 62 of 226 s); off, a near miss stays unfused and a host-bound-risk win is not taken
+    #: copy (Inductor's LayerNorm is slower than that) and the eager LayerNorm entry runs its weight preparation
+    #: as separate kernels, so near misses can be real wins. Also asked where a Gluon plan wins with a host time
+    #: per call above selection.HOST_BOUND_RISK of its GPU time. Costs a child compile (20-60 s) per such site on
+    #: a cold cache (the choice is cached on disk). Off by default: on the transformer layers, where the regrouped
+    #: family takes the sites first, it declined every site it was asked about and took a large share of the first
+    #: compile; off, a near miss stays unfused and a host-bound-risk win is not taken. See
+    #: docs/decisions.md#confignormfusionconfigcompiled_check
     compiled_check: bool = False
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct

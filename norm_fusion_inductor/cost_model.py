@@ -96,7 +96,7 @@ TILES = ((128, 256), (128, 128), (64, 128))
 
 # Per GPU model (torch.cuda.get_device_name): hardware data and the calibrated constants. Times in ms, bytes in
 # bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` on the
-# records of benchmarks/results (2026-12-01 .. 2026-12-03c, bf16, 146 records) with the activations' alu_ps fixed.
+# selection's logged bf16 records with the activations' alu_ps fixed; see docs/decisions.md#cost_modelcalibration
 CALIBRATION: dict = {
     "NVIDIA H200": {
         "sms": 132,

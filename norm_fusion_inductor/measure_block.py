@@ -3,8 +3,8 @@ side at the site's shape, in a child process: what the selection runs when its l
 
 Attention sites (the default; selection.choose_attention): the norm → attention → norm block compiled, against
 the fused op. A lower bound of the unfused block (its attention alone plus copies of q) is all the selection can
-time inside a compilation, and in training it bounds nothing: its attention term runs eager autograd
-(recommendation block, silu, 768x512, H200, 2026-11-30: the "bound" read 3.99 ms, the compiled block 3.88 ms).
+time inside a compilation, and in training it bounds nothing: its attention term runs eager autograd and can read
+slower than the whole compiled block (docs/decisions.md#selectionchoose_attention).
 
 Matmul sites ("kind": "matmul"; selection._compiled_check): the norm and the linear as the model computes them
 (``matmul_block``), compiled by torch.compile and by this plugin with policy "always" (the fused graph the site

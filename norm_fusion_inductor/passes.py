@@ -67,7 +67,8 @@ class PassContext:
         return report.SiteRecord(self.graph_id, fusion, pattern, node.name, rewritten=False, reason="",
                                  stage=self.stage)
 
-    def reject(self, site: report.SiteRecord, reason: str, implementation: str = "unfused") -> None:
+    def reject(self, site: report.SiteRecord, reason: str,
+               implementation: str = report.Implementation.UNFUSED) -> None:
         site.reason, site.implementation = reason, implementation
         self._record(site)
 

@@ -43,7 +43,7 @@ from .kernels import epilogue_gemm as kernel
 from .kernels import quack_epilogue_gemm as quack_kernel
 from .kernels.common import aligned16
 from .ops import STREAM_INPUT_TAGS
-from .report import log
+from .report import Implementation, log
 
 head_dim_problem = kernel.head_dim_problem  # for the patterns: whether a q/k norm fits the epilogue
 
@@ -111,7 +111,7 @@ epilogue_gemm = torch.ops.norm_fusion.epilogue_gemm.default
 
 def launch_config(choice) -> Optional[dict]:
     """The block config to launch a selection choice's Triton GEMM with from Inductor's code, or None (the op)."""
-    return choice.plan if choice.implementation == "regrouped_triton" and isinstance(choice.plan, dict) else None
+    return choice.plan if choice.implementation == Implementation.REGROUPED_TRITON and isinstance(choice.plan, dict) else None
 
 
 def gemm_call(config: Optional[dict]):

@@ -6,6 +6,7 @@ Logger ``norm_fusion_inductor``; switched on by ``NormFusionConfig(log=True)`` o
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 import logging
@@ -26,6 +27,18 @@ _MAX_HISTORY = 10_000  # older records are dropped
 _RECORDED = 0  # records made so far (the history may have dropped the oldest)
 
 
+class Implementation(str, enum.Enum):
+    """What runs a site (a str: reports and logs print the value; enum.StrEnum needs Python 3.11)."""
+
+    __str__, __format__ = str.__str__, str.__format__
+
+    FUSED_TRITON = "fused_triton"  # the older prologue/epilogue families' Triton or Gluon kernel
+    REGROUPED_TRITON = "regrouped_triton"  # the regrouped family's epilogue GEMM on Triton
+    REGROUPED_QUACK = "regrouped_quack"  # ... on Quack (CuTe DSL)
+    REFERENCE = "reference"  # the custom op's torch reference (policy "always" where no kernel can run it)
+    UNFUSED = "unfused"  # the graph as it was
+
+
 @dataclasses.dataclass
 class SiteRecord:
     graph: int  # which compiled graph (a counter)
@@ -36,7 +49,7 @@ class SiteRecord:
     reason: str  # why rewritten (the chosen implementation and its measurement) or why not
     shape: Optional[tuple] = None  # (M, K, N) of the matmul when one was found; (B, Lq, Lk, H, D) of an attention
     dtype: Optional[str] = None
-    implementation: Optional[str] = None  # selection.Choice.implementation, e.g. "regrouped_quack" or "unfused"
+    implementation: Optional[str] = None  # an Implementation, with how it launches where that varies
     stage: str = "joint"  # which pass made it: "joint" (aten IR, after autograd) or "pre_grad"
 
     @property

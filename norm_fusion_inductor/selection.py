@@ -10,9 +10,8 @@ Choices are cached in memory and on disk, keyed by GPU, versions, kernel source,
 shape (M by power-of-two bucket).
 
 The copy is timed as an elementwise kernel (``timing.sm_copy``), not ``Tensor.copy_``: under CUDA-graph capture a
-contiguous ``copy_`` becomes a memcpy node that runs on the copy engines, at 2.76 TB/s on the H200 against
-4.29 TB/s for a kernel on the SMs (``benchmarks/diagnostics/copy_timing.py``, 2026-11-30). Timed that way the bound read up
-to 1.5x high, and a site was fused that ran 11 % slower than the default.
+contiguous ``copy_`` becomes a memcpy node that runs on the copy engines, slower than a kernel on the SMs, so the
+bound read high and a site was fused that ran slower than the default (docs/decisions.md#timingsm_copy).
 """
 
 from __future__ import annotations
@@ -30,13 +29,14 @@ import torch
 
 from .config import GEMM_BACKENDS, NormFusionConfig
 from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, tuning
+from .report import Implementation
 from .timing import graph_ms, host_ms, interleaved_medians, sm_copy
 
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
     fused: bool
-    implementation: str  # "fused_triton" | "regrouped_triton" | "regrouped_quack" | "reference" | "unfused"
+    implementation: Implementation
     reason: str
     # the kernel plan measured fastest, for direct launch: (prologue, block config) of the older fusions, the
     # Triton block config (a dict) of a regrouped GEMM
@@ -70,15 +70,14 @@ MEASUREMENT = "copy-kernel+gluon-host-through-op+mm-without-bias+attention-host"
 # with compiled_check, a pre-norm LayerNorm site whose fused kernel is within this factor of the unfused lower bound
 # (and does not beat it by min_speedup) is decided by compiling both graphs; other sites only where the kernel
 # beats the bound. The eager LayerNorm entry runs its weight preparation (W·γ, the GEMVs) as separate kernels that
-# Inductor fuses, so it reads slow: two sites at 1.18x and 1.12x their bound ran 0.78x and 0.81x the default when
-# Inductor launched them (H200, 2026-11-30, docs/benchmarks_journal.md). RMSNorm and post-norm sites have no such gap; for them
-# a wider window only cost child compiles (the Llama layer's three sites: 188 s of cold compile, none fused)
+# Inductor fuses, so it reads slow and sites that miss their bound can win compiled. RMSNorm and post-norm sites
+# have no such gap; for them a wider window only cost child compiles. See
+# docs/decisions.md#selectionnear_miss_layer_norm
 NEAR_MISS_LAYER_NORM = 1.25
 # with compiled_check, a site won by a Gluon plan whose host time per call (measured for the eager entry through
 # the launch op) exceeds this fraction of its GPU time is confirmed by the compiled graphs too: near that point
-# the estimate missed what the compiled graph's call costs. RMS sweep, H200, 2026-11-30 (tenth session): two such
-# sites (GPU 0.136 / 0.128 ms, host 0.106 / 0.134 ms) ran 0.186 / 0.228 ms compiled, 1.27x / 1.35x the default;
-# the fused sites below the fraction ran 0.52–0.99x (docs/benchmarks_journal.md)
+# the estimate missed what the compiled graph's call costs, and such sites ran slower than the default compiled.
+# See docs/decisions.md#selectionhost_bound_risk
 HOST_BOUND_RISK = 0.5
 # bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
 PEAK_COPY_BYTES_PER_MS = 4.0e9
@@ -117,26 +116,26 @@ def _key(site) -> str:
 
 def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
     if config.policy == "never":
-        return Choice(False, "unfused", "policy=never")
+        return Choice(False, Implementation.UNFUSED, "policy=never")
     if site.device.type != "cuda":
         if config.policy == "always":
-            return Choice(True, "reference", "policy=always (no fused kernel on this device: reference op)")
-        return Choice(False, "unfused", f"no fused kernel for device '{site.device.type}'")
+            return Choice(True, Implementation.REFERENCE, "policy=always (no fused kernel on this device: reference op)")
+        return Choice(False, Implementation.UNFUSED, f"no fused kernel for device '{site.device.type}'")
     reason = _static_reason(site)
     if reason is not None:
         if config.policy == "always":
-            return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
-        return Choice(False, "unfused", reason)
+            return Choice(True, Implementation.REFERENCE, f"policy=always, kernel cannot run it ({reason}): reference op")
+        return Choice(False, Implementation.UNFUSED, reason)
     if config.policy == "always":
         try:
             plan = _cached(site, config, "plan", _tune)["plan"]
         except Exception as e:  # no plan tuned: the op tunes at run time
-            return Choice(True, "fused_triton", f"policy=always (tuning failed: {type(e).__name__}: {e})")
-        return Choice(True, "fused_triton", f"policy=always; plan {_plan_name(plan)}", plan)
+            return Choice(True, Implementation.FUSED_TRITON, f"policy=always (tuning failed: {type(e).__name__}: {e})")
+        return Choice(True, Implementation.FUSED_TRITON, f"policy=always; plan {_plan_name(plan)}", plan)
     if site.position == "pre" and site.backward_reads_norm:
         # the bound is cuBLAS alone: a clear loss, decided without tuning and timing the kernel (seconds of the
         # first compile per site; every such training site measured on the H200 ran 1.0–1.7x cuBLAS's time)
-        return Choice(False, "unfused", f"nothing to save in training (the backward reads the normalized tensor, "
+        return Choice(False, Implementation.UNFUSED, f"nothing to save in training (the backward reads the normalized tensor, "
                                         f"so it is written either way): the fused GEMM would have to run "
                                         f"{max(config.min_speedup, PROLOGUE_MIN_SPEEDUP)}x faster than cuBLAS "
                                         f"alone, which no mainloop of this project does; not measured")
@@ -193,7 +192,7 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
     try:
         t = _cached(site, config, "times", _measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
-        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
     if t.get("plan") is not None:  # what policy "always" (a compiled_check child) asks for: not tuned again there
         _cached(site, config, "plan", lambda site: {"plan": list(t["plan"])})
     # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
@@ -209,16 +208,16 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
         near_miss = NEAR_MISS_LAYER_NORM if (site.position, site.norm) == ("pre", "ln") else 1.0
         if config.compiled_check and fused_ms < unfused_ms * near_miss:  # the real unfused graph decides
             return _compiled_check(site, config, detail)
-        return Choice(False, "unfused", detail)
+        return Choice(False, Implementation.UNFUSED, detail)
     if _host_bound_risk(t, plan):  # the real fused graph decides, or the site stays unfused (never slower)
         if config.compiled_check:
             return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
-        return Choice(False, "unfused", f"{detail}; but its host time is close to its GPU time (compiled_check "
+        return Choice(False, Implementation.UNFUSED, f"{detail}; but its host time is close to its GPU time (compiled_check "
                                         f"off: the fused graph is not compiled to check it)")
     if config.launch == "op" and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
-        return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
+        return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate")
-    return Choice(True, "fused_triton", f"{detail}; plan {_plan_name(plan)}", plan)
+    return Choice(True, Implementation.FUSED_TRITON, f"{detail}; plan {_plan_name(plan)}", plan)
 
 
 def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> Choice:
@@ -232,12 +231,12 @@ def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> 
         t = _cached(site, config, kind, lambda site: _measure_compiled_block(site, config))
         plan = _cached(site, config, "plan", _tune)["plan"]  # the child tuned it (disk cache)
     except Exception as e:  # keep the unfused path
-        return Choice(False, "unfused", f"{before}; the compiled graphs not measured ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED, f"{before}; the compiled graphs not measured ({type(e).__name__}: {e})")
     detail = (f"{before}; then compiled: fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for "
               f"torch.compile's graph")
     if t["fused_ms"] * config.compiled_min_speedup < t["compiled_ms"]:
-        return Choice(True, "fused_triton", f"{detail}; plan {_plan_name(plan)}", plan)
-    return Choice(False, "unfused", detail)
+        return Choice(True, Implementation.FUSED_TRITON, f"{detail}; plan {_plan_name(plan)}", plan)
+    return Choice(False, Implementation.UNFUSED, detail)
 
 
 def _plan_name(plan) -> str:
@@ -251,11 +250,11 @@ def _with_host_cost(t: dict) -> tuple:
     regrouped GEMMs' op calls are priced: with several op calls per step the GPU does not hide their host time,
     the recsys towers ran 0.83x so), and the best plan Inductor launches itself (GPU time) is taken instead where
     that is faster.
-    Measured on the H200 host (docs/benchmarks_journal.md, 2026-11-30): before this rule four LayerNorm sites of 0.06–0.15 ms
-    on the GPU ran 0.20–0.32 ms per call fused; with it they stay unfused. The host estimate is the eager entry
-    launched through the op: conservative for LayerNorm (its entry runs the weight preparation as separate
-    kernels), but not for RMSNorm, whose sites at about 0.13 ms ran host-bound compiled on a busy host (tenth
-    session): with compiled_check such sites go to the child process (HOST_BOUND_RISK)."""
+    Without this rule small LayerNorm sites were fused whose call cost far more than their GPU time. The host
+    estimate is the eager entry launched through the op: conservative for LayerNorm (its entry runs the weight
+    preparation as separate kernels), but not for RMSNorm, whose small sites can run host-bound compiled: with
+    compiled_check such sites go to the child process (HOST_BOUND_RISK). See
+    docs/decisions.md#selection_with_host_cost"""
     fused_ms, plan = t["fused_ms"], t.get("plan")
     if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
         return fused_ms, plan, ""
@@ -336,9 +335,9 @@ def _measure(site: MatmulSite) -> dict:
 
     fused = fused_with(plan)
     w_mm = w if site.weight_kn else w.t()
-    # without the bias: cuBLAS's bias epilogue cost 0.129 vs 0.109 ms at 65536×2048×256 on the H200, and Inductor
-    # adds the bias in the norm's pass instead (post-norm) or in a neighbour; with it the bound read high and a
-    # post-norm site was fused that ran 1.056x the default (2026-11-30, sixth session)
+    # without the bias: cuBLAS's bias epilogue is slower than the plain GEMM, and Inductor adds the bias in the
+    # norm's pass instead (post-norm) or in a neighbour; with it the bound read high and a post-norm site was
+    # fused that ran slower than the default (docs/decisions.md#selection_measure)
     mm = lambda: torch.mm(x, w_mm)  # noqa: E731
     copied = mm() if site.position == "post" else x  # the norm's input
     y = torch.empty_like(copied)
@@ -392,9 +391,8 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     the graph runs under CUDA graphs (it launches its kernels from Python). Where the fused op does not beat that
     bound, and for every training site, the block compiled by torch.compile is timed against the fused op in a
     child process (``measure_block``), with ``compiled_min_speedup`` (the block timed alone misses its
-    neighbours' fusion). In
-    training the bound's attention term runs eager autograd and bounds nothing (recommendation block, 2026-11-30:
-    the bound read 3.99 ms, the compiled block 3.88)."""
+    neighbours' fusion). In training the bound's attention term runs eager autograd and bounds nothing
+    (docs/decisions.md#selectionchoose_attention)."""
     kernel_reason = _attention_kernel_reason(site)
     if site.train:
         choice = _attention_policy(site, config, kernel_reason)
@@ -417,12 +415,12 @@ def _versus_compiled_block(site, config: NormFusionConfig, before: str) -> Choic
         kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
         t = _cached(site, config, kind, _measure_compiled_block)
     except Exception as e:  # keep the unfused path
-        return Choice(False, "unfused", f"{before} the compiled block not measured ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED, f"{before} the compiled block not measured ({type(e).__name__}: {e})")
     detail = (f"{before} measured fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for the compiled "
               f"block (torch.compile)")
     if t["fused_ms"] * config.compiled_min_speedup < t["compiled_ms"]:
-        return Choice(True, "fused_triton", detail)
-    return Choice(False, "unfused", detail)
+        return Choice(True, Implementation.FUSED_TRITON, detail)
+    return Choice(False, Implementation.UNFUSED, detail)
 
 
 # Compiling the block takes 10-30 s on the H200 machine; a child that fails or times out is not retried by this
@@ -475,9 +473,9 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
         raise
 
 
-# The older matmul families' bound (cuBLAS + a copy of x) keeps the margin it was calibrated with on the H200 sweeps
-# (docs/benchmarks_journal.md 2026-11-30): a site it favoured by 1.078x ran 4 % slower fused, none at >= 1.1x. The
-# regrouped rewrite's bound (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
+# The older matmul families' bound (cuBLAS + a copy of x) keeps the margin it was calibrated with: below it, sites
+# it favoured ran slower fused (docs/decisions.md#selectionprologue_min_speedup). The regrouped rewrite's bound
+# (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
 PROLOGUE_MIN_SPEEDUP = 1.1
 
 # The attention sites' bound keeps a larger margin than min_speedup (recalibrated to 1.1 on the matmul sites only)
@@ -489,14 +487,14 @@ ATTENTION_MIN_SPEEDUP = 1.25
 def _attention_policy(site, config: NormFusionConfig, kernel_reason: Optional[str]) -> Optional[Choice]:
     """The choice the policy, the device or the operands make without a measurement, or None."""
     if config.policy == "never":
-        return Choice(False, "unfused", "policy=never")
+        return Choice(False, Implementation.UNFUSED, "policy=never")
     reason = f"no fused kernel for device '{site.device.type}'" if site.device.type != "cuda" else kernel_reason
     if reason is not None:
         if config.policy == "always":
-            return Choice(True, "reference", f"policy=always, kernel cannot run it ({reason}): reference op")
-        return Choice(False, "unfused", reason)
+            return Choice(True, Implementation.REFERENCE, f"policy=always, kernel cannot run it ({reason}): reference op")
+        return Choice(False, Implementation.UNFUSED, reason)
     if config.policy == "always":
-        return Choice(True, "fused_triton", "policy=always")
+        return Choice(True, Implementation.FUSED_TRITON, "policy=always")
     return None
 
 
@@ -510,12 +508,12 @@ def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Option
     try:
         t = _cached(site, config, "times", measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
-        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
     unfused_ms = t["attention_ms"] + copies * t["copy_ms"]
     fused_ms, host_note = t["fused_ms"], ""
     # the op launches its kernels from Python; CUDA-graph replays (the timing) hide that, a graph run without
-    # them does not (FlashNormAttention, H = 2, 768 × max 512 jagged rows, H200, 2026-11-30: forward + backward
-    # host 1.31 ms per call against 0.98 ms of kernels): priced at GPU + host time, as every op call
+    # them does not (its host time can exceed its kernels' time): priced at GPU + host time, as every op call;
+    # see docs/decisions.md#selection_choose_attention_site
     if t.get("host_ms") and not torch._inductor.config.triton.cudagraphs:
         fused_ms = t["fused_ms"] + t["host_ms"]
         host_note = f" (GPU {t['fused_ms']:.4f} + host time per call {t['host_ms']:.4f} ms)"
@@ -523,8 +521,8 @@ def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Option
     detail = (f"{what}: measured fused {fused_ms:.4f} ms{host_note} vs unfused lower bound {unfused_ms:.4f} ms "
               f"({attention} {t['attention_ms']:.4f} + {copies} {copied} {copies * t['copy_ms']:.4f})")
     if fused_ms * max(config.min_speedup, ATTENTION_MIN_SPEEDUP) >= unfused_ms:
-        return Choice(False, "unfused", detail)
-    return Choice(True, "fused_triton", detail)
+        return Choice(False, Implementation.UNFUSED, detail)
+    return Choice(True, Implementation.FUSED_TRITON, detail)
 
 
 def _measure_attention(site: AttentionSite) -> dict:
@@ -607,8 +605,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     (its Python call per step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
     its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
     is taken where it passes the margin (the choice's ``plan`` is then its tuned block config). Without the
-    margin and the fold's cost, q/k/v and MLP sites of the Llama-3-8B and Qwen3 layers won
-    their bounds by 1–3 % and the layers ran 0.975–0.998x (H200, 2026-12-01, docs/benchmarks_journal.md)."""
+    margin and the fold's cost, transformer-layer sites won their bounds narrowly and the layers ran slower
+    (docs/decisions.md#selectionchoose_epilogue_gemm)."""
     from .kernels import epilogue_gemm as eg
 
     elem = torch.empty((), dtype=dtype).element_size()
@@ -625,31 +623,31 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
                         residual_norm, head_dim, rope)
     if config.policy == "never":
-        return Choice(False, "unfused", "policy=never")
+        return Choice(False, Implementation.UNFUSED, "policy=never")
     if device.type != "cuda":
         if eg.interpret_mode() and dtype == torch.bfloat16:  # eg.unsupported_reason: the op runs its reference
-            return Choice(True, "reference", "Triton interpreter (bf16: the op's torch reference)")
+            return Choice(True, Implementation.REFERENCE, "Triton interpreter (bf16: the op's torch reference)")
         if eg.interpret_mode():
-            return Choice(True, "regrouped_triton", "Triton interpreter")
+            return Choice(True, Implementation.REGROUPED_TRITON, "Triton interpreter")
         if config.policy == "always":
-            return Choice(True, "reference", "policy=always (no kernel on this device: torch reference)")
-        return Choice(False, "unfused", f"no fused kernel for device '{device.type}'")
+            return Choice(True, Implementation.REFERENCE, "policy=always (no kernel on this device: torch reference)")
+        return Choice(False, Implementation.UNFUSED, f"no fused kernel for device '{device.type}'")
     if torch.cuda.get_device_capability(device)[0] < 9:
-        return Choice(False, "unfused", "tensor descriptors (TMA) need sm_90 or newer")
+        return Choice(False, Implementation.UNFUSED, "tensor descriptors (TMA) need sm_90 or newer")
     if (K * elem) % 16 or (N * elem) % 16:
-        return Choice(False, "unfused", f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
+        return Choice(False, Implementation.UNFUSED, f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
     if config.policy == "always":
         if "triton" not in config.gemm_backends:
-            return Choice(True, "regrouped_quack", "policy=always")
-        return Choice(True, "regrouped_triton", "policy=always")
+            return Choice(True, Implementation.REGROUPED_QUACK, "policy=always")
+        return Choice(True, Implementation.REGROUPED_TRITON, "policy=always")
     try:
         t = _cached_epilogue(site, config, direct_launch)
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
-        return Choice(False, "unfused", f"measurement failed ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
     bound = t["mm_ms"] + t["saved_ms"]
     timed = {name: t[f"{name}_ms"] for name in config.gemm_backends if t.get(f"{name}_ms") is not None}
     if not timed:
-        return Choice(False, "unfused", "no GEMM backend ran: " + "; ".join(
+        return Choice(False, Implementation.UNFUSED, "no GEMM backend ran: " + "; ".join(
             f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
     fold_ms = fold_bytes * t["saved_ms"] / max(saved, 1) if saved > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
     timed = {name: ms + fold_ms for name, ms in timed.items()}
@@ -685,21 +683,21 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     if priced[backend] != timed[backend]:
         detail += f" (priced with its op call's host time: {priced[backend]:.4f} ms)"
     if priced[backend] * config.min_speedup >= bound:
-        return Choice(False, "unfused", detail + f" (needs {config.min_speedup}x)")
+        return Choice(False, Implementation.UNFUSED, detail + f" (needs {config.min_speedup}x)")
     if triton_config is not None and "triton" in timed and timed["triton"] * config.min_speedup < bound:
         if backend == "triton" or timed[backend] < config.min_kernel_ms:
             # launched by Inductor's code: no op call per step (the faster op-launched backend would be host-bound)
             note = "" if backend == "triton" else f" (not {backend}: shorter than min_kernel_ms through the op)"
-            return Choice(True, "regrouped_triton", f"{detail}; launched directly{note}", dict(triton_config))
+            return Choice(True, Implementation.REGROUPED_TRITON, f"{detail}; launched directly{note}", dict(triton_config))
     if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
         why_op = ("no tuned Triton config to launch directly" if direct_launch and triton_config is None
                   else "not launched directly (launch='op', or a shape the traced launch does not serve)"
                   if not direct_launch else "")
-        return Choice(False, "unfused", f"{detail}; but the kernel is shorter than min_kernel_ms="
+        return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
                                         f"{config.min_kernel_ms} and the op's host cost would dominate"
                                         + (f" ({why_op})" if why_op else ""))
-    return Choice(True, f"regrouped_{backend}", detail)
+    return Choice(True, Implementation(f"regrouped_{backend}"), detail)
 
 
 class Screen(NamedTuple):
@@ -721,8 +719,9 @@ class Screen(NamedTuple):
     direct_launch: bool = False
 
 
-# Quack's op call cost the host 0.77–1.07x what the Triton op call cost at the same site (three recsys tower
-# GEMMs, H200, 2026-12-03): before Quack is compiled its host time is taken as this share of Triton's, measured
+# Quack's op call costs the host about as much as the Triton op call at the same site: before Quack is compiled
+# its host time is taken as this share of Triton's measured one; see
+# docs/decisions.md#selectionquack_host_per_triton_host
 QUACK_HOST_PER_TRITON_HOST = 0.7
 
 

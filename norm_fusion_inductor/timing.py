@@ -1,9 +1,9 @@
 """Side-by-side timing: every variant timed in each round, the rounds interleaved, the median kept.
 
-The order is reversed every other round: with one fixed order the default timed early in each round read up to
-13 % faster than its recompiled control timed last (RMS sweep, H200, 2026-11-30: 1.720 vs 1.951 ms at
-262144×1024×2048); whether the position or the compile made it is not known, and the reversal takes the
-position's share out of every variant alike.
+The order is reversed every other round: with one fixed order the default timed early in each round read
+markedly faster than its recompiled control timed last; whether the position or the compile made it is not
+known, and the reversal takes the position's share out of every variant alike
+(docs/decisions.md#timinginterleaved_medians).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ import torch
 from torch._inductor import pattern_matcher as pm
 from torch.fx import Graph, Node
 
+from norm_fusion_inductor.report import Implementation
+
 aten = torch.ops.aten
 
 VIEW_OPS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
@@ -386,7 +388,7 @@ def _rewrite_prologue_site(spec, match, ctx, site, normed, x, gamma, beta, eps, 
 
 
 def _implementation(choice, launches) -> str:
-    if choice.implementation == "fused_triton":
+    if choice.implementation == Implementation.FUSED_TRITON:
         return choice.implementation + " (" + "; ".join(sorted(launches)) + ")"
     return choice.implementation
 
@@ -422,7 +424,7 @@ def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> t
 def _direct_launch_rejection(args: tuple, choice, config, eps_arg: int = -2) -> Optional[str]:
     if config.launch != "direct":
         return "launch='op'"
-    if choice.implementation != "fused_triton" or choice.plan is None:
+    if choice.implementation != Implementation.FUSED_TRITON or choice.plan is None:
         return "no tuned kernel plan"
     if isinstance(args[eps_arg], Node):
         return "eps is a graph tensor"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from typing import Callable, Optional
 
 import torch
@@ -40,6 +41,7 @@ from torch._inductor import pattern_matcher as pm
 from torch.fx import Graph, Node
 
 from norm_fusion_inductor import regrouped  # registers torch.ops.norm_fusion.epilogue_gemm
+from norm_fusion_inductor.report import Implementation
 
 from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, backward_reads_normed,
                      is_row_mean, size_hint)
@@ -178,7 +180,7 @@ class HeadNorm:
     output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's
     nodes: frozenset  # every node from the view to ``output``
     transposed: bool  # ``output`` is [B, H, L, D] (the transpose came first, or RoPE after it)
-    cos: Optional[Node] = None  # [B or 1, L, D]
+    cos: Optional[Node] = None  # [B or 1, L, D] or [L, D]
     sin: Optional[Node] = None
 
     @property
@@ -251,8 +253,8 @@ def _is_head_transpose(node: Node) -> bool:
 
 
 def _with_rope(head: HeadNorm) -> None:
-    """Extend ``head`` over ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D] unsqueezed at dim 1) of its
-    [B, H, L, D] output (after ``.transpose(1, 2)`` where the norm came before it), as transformers writes it."""
+    """Extend ``head`` over ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D] unsqueezed at dim 1, or [L, D]) of
+    its [B, H, L, D] output (after ``.transpose(1, 2)`` where the norm came before it), as transformers writes it."""
     normed = head.output
     if head.transposed:
         t, extra = normed, ()
@@ -262,14 +264,11 @@ def _with_rope(head: HeadNorm) -> None:
             return
         t, extra = users[0], (users[0],)
     D = head.head_dim
-    half = D // 2
-    slices = {(u.args[2], u.args[3]): u for u in t.users
-              if u.target == aten.slice.Tensor and len(u.args) == 4 and u.args[1] in (3, -1)}
-    first = slices.get((0, half))
-    second = next((u for (start, _), u in slices.items() if start == half), None)
+    halves = _rotate_half_halves(t, D // 2)
     muls = [u for u in t.users if u.target == aten.mul.Tensor]
-    if first is None or second is None or len(muls) != 1 or len(t.users) != 3:
+    if halves is None or len(muls) != 1:
         return
+    first, second, split_nodes = halves
     neg = next(iter(second.users), None)
     if len(second.users) != 1 or neg.target != aten.neg.default or len(neg.users) != 1:
         return
@@ -287,20 +286,44 @@ def _with_rope(head: HeadNorm) -> None:
     cos_u = next((a for a in mul_cos.args if a is not t), None)
     sin_u = next((a for a in mul_sin.args if a is not cat), None)
     tables = []
+    B, L = head.view.meta["val"].shape[:2]
     for u in (cos_u, sin_u):
-        if not (isinstance(u, Node) and u.target == aten.unsqueeze.default and u.args[1] == 1):
+        if not isinstance(u, Node):
             return
-        table = u.args[0]
+        # transformers': [B|1, L, D] unsqueezed at dim 1; or a table that broadcasts over heads as it is, [L, D]
+        # or [1, L, D] (the consumer expands either to [B, L, D])
+        unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == 1
+        table = u.args[0] if unsqueezed else u
         tshape = table.meta["val"].shape
-        B, L = head.view.meta["val"].shape[:2]
-        if len(tshape) != 3 or not (_same_size(tshape[0], 1) or _same_size(tshape[0], B)) \
-                or not _same_size(tshape[1], L) or tshape[2] != D:
+        batch_ok = (_same_size(tshape[0], 1) or unsqueezed and _same_size(tshape[0], B)) if len(tshape) == 3 else \
+            len(tshape) == 2 and not unsqueezed
+        if not batch_ok or not _same_size(tshape[-2], L) or tshape[-1] != D:
             return
         tables.append(table)
     head.cos, head.sin = tables
-    head.nodes = head.nodes | {*extra, first, second, neg, cat, mul_sin, mul_cos, out}
+    head.nodes = head.nodes | {*extra, *split_nodes, neg, cat, mul_sin, mul_cos, out}
     head.output = out
     head.transposed = True
+
+
+def _rotate_half_halves(t: Node, half: int) -> Optional[tuple]:
+    """(first, second, nodes) of rotate_half's two halves of ``t``'s last dim, where ``t``'s only other reader is
+    the ``t·cos`` product: two slices (transformers' form) or one split (``x.chunk(2, -1)``) and its getitems."""
+    slices = {(u.args[2], u.args[3]): u for u in t.users
+              if u.target == aten.slice.Tensor and len(u.args) == 4 and u.args[1] in (3, -1)}
+    first = slices.get((0, half))
+    second = next((u for (start, _), u in slices.items() if start == half), None)
+    if first is not None and second is not None and len(t.users) == 3:
+        return first, second, (first, second)
+    splits = [u for u in t.users if u.target in (aten.split.Tensor, aten.split_with_sizes.default)
+              and tuple(u.args[2:3] or (0,))[0] in (3, -1)
+              and (u.args[1] == half or isinstance(u.args[1], (list, tuple)) and list(u.args[1]) == [half, half])]
+    if len(splits) != 1 or len(t.users) != 2:
+        return None
+    items = {u.args[1]: u for u in splits[0].users if u.target is operator.getitem}
+    if set(items) != {0, 1} or len(splits[0].users) != 2:
+        return None
+    return items[0], items[1], (splits[0], items[0], items[1])
 
 
 # --- inserting traced torch code into the graph ------------------------------------------------------------------
@@ -545,7 +568,7 @@ def _direct_launch(ctx, *values) -> bool:
 
 def _backend(choice) -> str:
     """The op's GEMM backend for a choice of selection.choose_epilogue_gemm."""
-    return "quack" if choice.implementation == "regrouped_quack" else "triton"
+    return "quack" if choice.implementation == Implementation.REGROUPED_QUACK else "triton"
 
 
 def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma, beta, K, choice,

@@ -160,7 +160,7 @@ def test_ten_sequence_lengths_compile_once_and_stay_fused(family, train, how, mo
     if device == "cuda":
         real = selection._measure_epilogue
         monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
-            real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
+            real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=1e-4))
         options = {"norm_fusion": {"policy": "auto", "fusions": nfi.FUSIONS, "gemm_backends": ("triton",),
                                    "cache_dir": str(tmp_path)}}
     torch.manual_seed(0)

@@ -776,6 +776,28 @@ def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
             assert len(qk) == 1 and qk[0].shape[0] == step_ids.numel(), [s.line() for s in nfi.reports()]
 
 
+@pytest.mark.parametrize("form", ["slice", "chunk"])
+def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form):
+    """rotate_half as transformers writes it (two slices) and as ``x.chunk(2, -1)`` (a split in the graph): both
+    take the QK-norm + RoPE into the q/k projections' epilogue, output as eager's (inference)."""
+    torch.manual_seed(7)
+    norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6).to(DEVICE)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=options)(x)
+        assert rel(out, model(x)) < 1e-5
+    qk = [s for s in nfi.reports() if s.rewritten and "QK-norm + RoPE in the epilogue" in s.reason]
+    assert len(qk) == 1, [s.line() for s in nfi.reports()]
+
+
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu_fast", "gelu_pytorch_tanh"])
 def test_transformers_tanh_gelus_run_in_the_epilogue(activation):
     """transformers' tanh-approximated GELUs (GPT-2's written-out formula, the rounded "fast" one, and F.gelu's

@@ -1,9 +1,10 @@
 """Repeated Triton/Gluon launches without the JIT's per-call work.
 
 ``kernel[grid](*args, **meta)`` binds the arguments, computes the specialization key, looks the compiled kernel
-up and builds launch metadata on every call: ~65 µs per call on the H200 host (2026-11-30), which a small
-kernel cannot hide. ``cached_launch`` does that once per launch key and afterwards calls the compiled kernel's
-launcher (``CompiledKernel.run``, the C launcher that also allocates Triton's global scratch) directly.
+up and builds launch metadata on every call: host time that a small kernel cannot hide
+(docs/decisions.md#launchcached_launch). ``cached_launch`` does that once per launch key and afterwards calls the
+compiled kernel's launcher (``CompiledKernel.run``, the C launcher that also allocates Triton's global scratch)
+directly.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def cached_launch(kernel, grid, args, meta, device, key_extra=()) -> None:
 def _direct_launcher(compiled, grid, constexprs, device_index):
     hooks = triton.knobs.runtime
     # the compiled launcher takes exactly three grid dimensions: a 1-D grid (the row kernels') given as such made it
-    # two arguments short ("function takes exactly 22 arguments (20 given)", H200, 2026-11-30)
+    # two arguments short ("function takes exactly 22 arguments (20 given)"); see
+    # docs/decisions.md#launch_direct_launcher
     grid = tuple(grid) + (1,) * (3 - len(grid))
 
     def hooked(hook):  # Triton 3.6 keeps launch hooks in a (usually empty) chain

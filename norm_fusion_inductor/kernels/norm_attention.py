@@ -519,13 +519,12 @@ def unsupported_reason(q: Tensor, k: Tensor, v: Tensor, heads: int, activation: 
 def default_config(kv_len: int, head_dim: int, kernel: str = "forward",
                    residual_in_acc: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a per-head kernel ("forward": the attention, "dq": dq̂,
-    "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. Measured on the H200 at the reference
-    shape (docs/benchmarks_journal.md, 2026-11-30): 64 × 64, 4 warps, 2 stages fastest or within 2 % for each kernel; the
-    merged kernel's 32 × 128, 8 warps (64 rows spill at D = 128, ptxas) was 0.23–0.29 ms faster than dq̂ + dK/dV.
-    A forward holding every key for several row blocks (one K, V load per program) was slower in each of seven
-    configs, 1.05–1.9× (H200, 2026-11-30, benchmarks/results/gpu-2026-11-30e/forward_configs.log): removed.
-    The forward with the residual in its accumulator at D = 128 takes 64 × 32 keys: 168 registers, three programs
-    per SM (ptxas), 7 % faster than 64 × 64 without it (ninth session, benchmarks/results/gpu-2026-11-30k)."""
+    "dkdv", "merged": dK/dV with dq̂ over every key) when none is given. At the reference shape 64 × 64, 4 warps,
+    2 stages is the fastest or close to it for each kernel; the merged kernel takes 32 × 128, 8 warps (64 rows
+    spill at D = 128), faster than dq̂ + dK/dV. A forward holding every key for several row blocks was slower in
+    every config tried and was removed. The forward with the residual in its accumulator at D = 128 takes 64 × 32
+    keys (168 registers, three programs per SM), faster than 64 × 64. See
+    docs/decisions.md#norm_attentiondefault_config"""
     if kernel == "merged":
         return 32, max(16, triton.next_power_of_2(kv_len)), 8, 2
     block_n = max(16, min(128 if head_dim <= 64 else 64, triton.next_power_of_2(kv_len)))
@@ -539,12 +538,10 @@ MAX_MERGED_KV = 128
 
 # The row kernels (the two norms and their backward) hold BLOCK_R whole rows (all heads, ROW_ELEMENTS elements)
 # per step, in a grid-stride loop over at most ROW_PROGRAMS_PER_SM programs per SM: few programs, so few rows of
-# column partials (dγ, dβ, dw) to sum. Measured on the H200 at the reference shape (H = 4, max 1024, 2026-11-30,
-# docs/benchmarks_journal.md): 4096 elements, 4 warps, 16 programs per SM beat 8192/8 warps (1.6× slower backward row
-# kernels) and one tile per program (a larger partial sum).
-# The LayerNorm backward alone is faster with 1024-element tiles: 0.456 / 0.460 ms against 0.501 / 0.510
-# (dense 768 × 512 / jagged max 1024, H = 4; ninth session, gpu-2026-11-30k/call1/acc_ab.log); the forward row
-# kernels are slower with them (RMSNorm out 0.334 → 0.376), the RMSNorm backward level.
+# column partials (dγ, dβ, dw) to sum. 4096 elements, 4 warps, 16 programs per SM beat 8192 elements / 8 warps
+# and one tile per program (a larger partial sum). The LayerNorm backward alone is faster with 1024-element
+# tiles; the forward row kernels are slower with them, the RMSNorm backward level. See
+# docs/decisions.md#norm_attentionrow_elements
 ROW_ELEMENTS = 4096
 LN_BACKWARD_ROW_ELEMENTS = 1024
 ROW_WARPS = 4

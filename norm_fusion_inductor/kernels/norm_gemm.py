@@ -97,7 +97,7 @@ def norm_gemm_kernel(
 ):
     dtype = out_ptr.dtype.element_ty
     # Inductor passes Python floats as fp64 scalars (Triton's own launcher: fp32); fp64 statistics spilled
-    # registers and cost 40 % at 262144x256x256 (H200, 2026-11-29)
+    # registers and slowed the kernel markedly (docs/decisions.md#norm_gemmnorm_gemm_kernel)
     inv_k, eps = tl.cast(inv_k, tl.float32), tl.cast(eps, tl.float32)
     x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
     if W_KN:
@@ -297,7 +297,8 @@ _GPU_CONFIGS = [
     ]
 ]
 # Warp specialization (tl.range(..., warp_specialize=True)) is left out: in Triton 3.6 its pass failed to compile
-# the row-statistics variant on sm_90 (NVGPUWarpSpecialization, 2026-11-29), see NOTES.md.
+# the row-statistics variant on sm_90 (NVGPUWarpSpecialization), see NOTES.md and
+# docs/decisions.md#norm_gemm_gpu_configs
 # Small blocks for the CPU interpreter: it runs one program at a time in numpy.
 _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_stages=1, num_warps=1,
                            WARP_SPECIALIZE=False, FLATTEN=False)
@@ -387,8 +388,8 @@ def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None
     if prologue == "in_loop":
         if gamma is None:
             # The x tile must reach the tensor cores through registers (where Σx² reads it): fed straight from
-            # shared memory next to the register read, Triton 3.6 miscompiled it on sm_90 (errors ~0.2 in
-            # bf16/fp16, 2026-11-29). A γ of ones takes the register path.
+            # shared memory next to the register read, Triton 3.6 miscompiled it on sm_90 (wrong results in
+            # bf16/fp16; docs/decisions.md#norm_gemm_run). A γ of ones takes the register path.
             gamma = torch.ones(x.shape[1], device=x.device, dtype=x.dtype)
         u = _matvec(w, gamma, k_dim) if center else None  # u[n] = Σ_k W[n, k] γ[k]
         _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=True, mean=mean, u=u, w_kn=w_kn)
@@ -505,9 +506,9 @@ def _candidate_plans(x: torch.Tensor, center: bool = False, w_kn: bool = False) 
         configs = [dict(c, BLOCK_K=min(c["BLOCK_K"], 32)) for c in _GPU_CONFIGS]
     K = x.shape[1]
     # LayerNorm in-loop with a K tile past K: on sm_90 (Triton 3.6) the tl.where that zeroes those columns of
-    # x − s made two of five configs wrong (errors 0.05–0.38, 2.3e2 at |μ| = 1000σ) even where K is a multiple
-    # of BLOCK_K and the where selects nothing; without it every config was right (benchmarks/diagnostics/ln_inloop_probe.py,
-    # H200, 2026-11-30). So the GPU runs it only where K % BLOCK_K == 0 (the kernel then has no where).
+    # x − s made some configs wrong even where K is a multiple of BLOCK_K and the where selects nothing; without
+    # it every config was right (docs/decisions.md#norm_gemm_candidate_plans). So the GPU runs it only where
+    # K % BLOCK_K == 0 (the kernel then has no where).
     plans = [Plan(prologue, cfg) for prologue in prologues for cfg in configs
              if not (center and prologue == "in_loop" and K % cfg["BLOCK_K"])]
     from . import norm_gemm_gluon
@@ -594,7 +595,7 @@ def _post_candidate_plans(x: torch.Tensor, N: int) -> list[tuple]:
     bk = 32 if x.dtype == torch.float32 else 64
     bn = max(64, triton.next_power_of_2(N))
     # (flattened row configs: 128x256 with 3 stages needs 272 KB of shared memory, over the H200's 227 KB;
-    # flattened persistent loops measured slower: 0.159 vs 0.152 ms at 262144x256x256, H200, 2026-11-29)
+    # flattened persistent loops measured slower: docs/decisions.md#norm_gemm_post_candidate_plans)
     return [Plan("row", dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_stages=st, num_warps=w,
                          WARP_SPECIALIZE=False, FLATTEN=False))
             for bm, st, w in ((128, 3, 8), (64, 4, 4))]

@@ -39,8 +39,8 @@ for reuse. The last NUM_BUFFERS − 2 wgmmas of a tile are interleaved with the 
 epilogue (scale, bias, store) runs while those loads are in flight. Nothing the epilogue reads waits for it: the
 bias, u (and ROW_SCALE's rstd, μ) are loaded when the tile starts (``_epilogue_vectors``), and LayerNorm's row
 shifts of the next tile before this tile's epilogue. Loaded in the epilogue, each was an unhidden global-memory
-round trip per tile: prefetched, the in-loop LayerNorm ran 2–11 % faster here and 9–23 % in the warp-specialized
-kernel, RMSNorm level, outputs bit for bit the same (H200, 2026-11-30, docs/benchmarks_journal.md).
+round trip per tile; prefetched, the in-loop LayerNorm runs faster with outputs bit for bit the same
+(docs/decisions.md#norm_gemm_gluon_epilogue_vectors).
 
 Warp-specialized variant (``norm_gemm_gluon_ws_kernel``, WS_CONFIGS): the same math and epilogue (the helpers
 ``_tile_stats_init``, ``_add_row_stats``, ``_epilogue_vectors``, ``_epilogue`` are shared), with the TMA loads in
@@ -54,8 +54,8 @@ preparation (W·γ, u, v) stays in the graph as aten ops for Inductor to compile
 compiled kernel directly, skipping the JIT's argument binding (``launch.cached_launch``). The selection counts the
 remaining host time (selection._with_host_cost).
 
-Measured on the H200 (docs/benchmarks_journal.md, 2026-11-30): the in-loop prologue costs 1–14 % over this mainloop's plain
-GEMM (the Triton mainloop's: 14–31 %); the plain GEMM is 1.04–1.24× cuBLAS.
+The in-loop prologue costs this mainloop less over its plain GEMM than it costs the Triton mainloop
+(docs/decisions.md#norm_gemm_gluon-module-docstring).
 """
 
 from __future__ import annotations
@@ -585,8 +585,8 @@ def norm_gemm_gluon_ws_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, rstd_ptr, mean_pt
         mbarrier.invalidate(empty.index(i))
 
 
-# BLOCK_M is 16 · num_warps (one wgmma slab per warp); BLOCK_N ≤ 256 (one wgmma wide). Measured on the H200
-# (benchmarks/diagnostics/gluon_probe.py, 2026-11-30): 128×256 with 3 stages is the fastest of these at every shape tried.
+# BLOCK_M is 16 · num_warps (one wgmma slab per warp); BLOCK_N ≤ 256 (one wgmma wide). 128×256 with 3 stages was
+# the fastest of these at every shape tried (docs/decisions.md#norm_gemm_gluonconfigs).
 CONFIGS = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=3, GROUP_M=8, num_warps=8),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_BUFFERS=4, GROUP_M=8, num_warps=8),
@@ -594,10 +594,9 @@ CONFIGS = [
 ]
 
 # norm_gemm_gluon_ws_kernel's configs (the cooperative ones of commit 63b7537's probe); their registers follow
-# from num_warps (_ws_options). Right at every prologue, both weight layouts and |μ| = 1000σ on the H200
-# (gluon_probe.py --ws --w-kn, 2026-11-30 sixth session); the 128×256 one ran the in-loop prologue 1–7 % faster
-# than CONFIGS[0] at 65536×1024×1024, 262144×256×1024 and 65536×2048×256 and is offered (OFFERED_WS); the
-# 128×128 one was the slowest everywhere and is not.
+# from num_warps (_ws_options). Both were right at every prologue and weight layout; the 128×256 one ran the
+# in-loop prologue faster than CONFIGS[0] and is offered (OFFERED_WS), the 128×128 one was the slowest and is
+# not. See docs/decisions.md#norm_gemm_gluonoffered_ws
 WS_CONFIGS = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_BUFFERS=3, GROUP_M=8, num_warps=8, warp_specialize=True),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_BUFFERS=5, GROUP_M=8, num_warps=8, warp_specialize=True),

@@ -34,9 +34,9 @@ ACTIVATIONS = {"none": None, "relu": "relu", "gelu": "gelu_erf", "gelu_tanh": "g
 GATED = {"silu_mul": "swiglu", "gelu_tanh_mul": "geglu"}
 
 # Hopper: GemmConfig fields of the configs that won (or came second to third in) Quack's full autotune of up to
-# 44 configs, on transformer-layer and recommendation-tower GEMMs (benchmarks/results/gpu-2026-12-02g/README.md);
-# up to 9 times fewer compiles, and within 1 % of the sweep's best at each of the five GEMMs measured there (a
-# swapped A and B, 1 % faster at K = 256, is left out). Quack's default is the third.
+# 44 configs, on transformer-layer and recommendation-tower GEMMs: far fewer compiles, and close to the sweep's
+# best at each GEMM measured (a swapped A and B, slightly faster at K = 256, is left out). Quack's default is the
+# third. See docs/decisions.md#quack_epilogue_gemmsm90_shortlist
 SM90_SHORTLIST = (
     dict(tile_m=256, tile_n=192, pingpong=False, cluster_m=1, cluster_n=2, swap_ab=False),
     dict(tile_m=256, tile_n=208, pingpong=False, cluster_m=1, cluster_n=2, swap_ab=False),
@@ -251,9 +251,9 @@ def forget(M: int, N: int, K: int, dtype: torch.dtype, w_kn: bool, epilogue: Epi
     _TUNED.pop(_key(M, N, K, dtype, w_kn, epilogue), None)
 
 
-# The one shortlist config that came within 2.5 % of the shortlist's best at each of the five GEMMs of Quack's
-# full sweeps (per-config timings in benchmarks/results/gpu-2026-12-02g/quack_autotune; the first config ran up
-# to 1.41x the best at the tower shapes): the selection times it first, and the rest only where it comes close
+# The one shortlist config that came close to the shortlist's best at each GEMM of Quack's full sweeps (the first
+# config did not, at the tower shapes): the selection times it first, and the rest only where it comes close
+# (docs/decisions.md#quack_epilogue_gemmprobe_config)
 PROBE_CONFIG = SM90_SHORTLIST[4]
 # how much the rest of the shortlist may improve on the probe (measured: at most 2.5 %), with room to spare
 PROBE_SLACK = 1.05

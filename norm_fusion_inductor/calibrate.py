@@ -251,13 +251,13 @@ def default_backends() -> tuple:
 
 
 def epilogue_site(g: GridSite, device, dtype=None):
-    """``g`` as the selection describes a GEMM (``selection.EpilogueSite``; weights [N, K]), with the saved bytes
+    """``g`` as the selection describes a GEMM (``sites.EpilogueSite``; weights [N, K]), with the saved bytes
     ``choose_epilogue_gemm`` counts: a consumer's normalized tensor (one consumer) and the output's round trip
     through the activation or the per-head norm (less the aux write); the producer's output written and read
     again by the residual add."""
     import torch
 
-    from .selection import EpilogueSite
+    from .sites import EpilogueSite
 
     dtype = dtype or torch.bfloat16
     e = torch.empty((), dtype=dtype).element_size()

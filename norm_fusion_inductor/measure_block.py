@@ -16,7 +16,7 @@ The compiled alternative is the honest one, but torch.compile cannot run inside 
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
-Inputs: the site's fields (selection.AttentionSite or selection.MatmulSite) as JSON, dtype and device as strings,
+Inputs: the site's fields (sites.AttentionSite or sites.MatmulSite) as JSON, dtype and device as strings,
 the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its choice cache
 (cache_dir) and launch option (launch). Output: fused_ms and compiled_ms, medians of three interleaved rounds of
 do_bench (forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when
@@ -86,8 +86,8 @@ def measure_attention(site: dict) -> dict:
 
 
 def matmul_block(site):
-    """What a model computes at a matmul site (selection.MatmulSite), unfused, as a function of the operands
-    selection._inputs / _post_inputs make: pre-norm linear(norm(x)); post-norm norm(linear(x) + residual)
+    """What a model computes at a matmul site (sites.MatmulSite), unfused, as a function of the operands
+    sites.matmul_operands makes: pre-norm linear(norm(x)); post-norm norm(linear(x) + residual)
     (+ residual_out), and z = linear(x) + residual as a second output when the site writes it. GPT-2's Conv1D
     (weight stored [K, N]) is addmm(b, x, W)."""
     ln = site.norm == "ln"
@@ -116,8 +116,8 @@ def matmul_block(site):
 
 
 def matmul_site(fields: dict):
-    """The selection.MatmulSite the fields describe (dtype and device as strings, other keys ignored)."""
-    from .selection import MatmulSite
+    """The sites.MatmulSite the fields describe (dtype and device as strings, other keys ignored)."""
+    from .sites import MatmulSite
 
     names = {f.name for f in dataclasses.fields(MatmulSite)} - {"dtype", "device"}
     dtype = getattr(torch, fields["dtype"].replace("torch.", ""))
@@ -129,11 +129,11 @@ def measure_matmul(fields: dict) -> dict:
     import norm_fusion_inductor as nfi
 
     from .config import OLDER_FUSIONS
-    from .selection import _inputs, _post_inputs
+    from .sites import matmul_operands
 
     _setup(fields)
     site = matmul_site(fields)
-    t = _post_inputs(site) if site.position == "post" else _inputs(site)
+    t = matmul_operands(site)
     args = tuple(t.get(k) for k in ("x", "w", "g", "beta", "b", "residual", "residual_out"))
     block = matmul_block(site)
     patches = {"max_autotune": True} if fields.get("max_autotune") else {}  # the asking compilation's mode

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .kernels import norm_gemm, tuning
+from .kernels import norm_gemm, row_norm, tuning
 from .report import log
 
 # The layout constraint of every op that reads the residual stream. Under Inductor's default (exact strides) an
@@ -292,7 +292,7 @@ def linear_post_norm_reference(x, weight, bias, residual, norm_weight, norm_bias
 def _kernel_post_unsupported_reason(x2d, weight, weight_kn, residuals, M, N) -> Optional[str]:
     reason = _kernel_unsupported_reason(x2d, weight, weight_kn, center=False)
     if reason is None:
-        reason = norm_gemm.post_norm_unsupported_reason(x2d.dtype, x2d.shape[1], N, M, x2d.device)
+        reason = row_norm.post_norm_unsupported_reason(x2d.dtype, x2d.shape[1], N, M, x2d.device)
     if reason is None and any(r is not None and (not r.is_contiguous() or r.dtype != x2d.dtype) for r in residuals):
         reason = "a residual is not contiguous or not in the input's dtype"
     return reason

@@ -28,8 +28,9 @@ from typing import NamedTuple, Optional
 import torch
 
 from .config import GEMM_BACKENDS, NormFusionConfig
-from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, tuning
+from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, row_norm, tuning
 from .report import Implementation
+from .sites import AttentionSite, EpilogueSite, MatmulSite, matmul_operands
 from .timing import graph_ms, host_ms, interleaved_medians, sm_copy
 
 
@@ -41,27 +42,7 @@ class Choice:
     # the kernel plan measured fastest, for direct launch: (prologue, block config) of the older fusions, the
     # Triton block config (a dict) of a regrouped GEMM
     plan: Optional[tuple | dict] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MatmulSite:
-    M: int
-    K: int
-    N: int
-    dtype: torch.dtype
-    device: torch.device
-    has_norm_weight: bool
-    has_bias: bool
-    norm: str = "rms"  # "rms" or "ln"
-    has_norm_bias: bool = False
-    weight_kn: bool = False  # weight stored [K, N] (Conv1D)
-    position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm (its epilogue)
-    has_residual: bool = False  # post: z = x Wᵀ + b + residual
-    write_z: bool = False  # post: z is written too
-    has_residual_out: bool = False  # post: a residual added after the norm
-    # pre, training: the backward reads the normalized tensor (dW = dYᵀ·n), so its write moves into the backward
-    # (recomputed or saved) instead of going away: nothing to save, declined without measuring (``choose``)
-    backward_reads_norm: bool = False
+    measured: bool = False  # decided by a measurement (not by the policy or the operands alone)
 
 
 _MEMORY: dict = {}
@@ -107,7 +88,7 @@ def _key(site) -> str:
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
     from . import measure_block  # the child process that times near misses (_compiled_check)
 
-    sources = _kernel_source_hash() + _kernel_source_hash(norm_gemm_gluon) + _kernel_source_hash(measure_block)
+    sources = "".join(_kernel_source_hash(m) for m in (norm_gemm, row_norm, norm_gemm_gluon, measure_block))
     return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, sources,
                                       MEASUREMENT, norm_gemm._bucket(site.M), site.K, site.N, site.dtype, site.norm,
                                       site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn,
@@ -119,12 +100,14 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if site.device.type != "cuda":
         if config.policy == "always":
-            return Choice(True, Implementation.REFERENCE, "policy=always (no fused kernel on this device: reference op)")
+            return Choice(True, Implementation.REFERENCE,
+                          "policy=always (no fused kernel on this device: reference op)")
         return Choice(False, Implementation.UNFUSED, f"no fused kernel for device '{site.device.type}'")
     reason = _static_reason(site)
     if reason is not None:
         if config.policy == "always":
-            return Choice(True, Implementation.REFERENCE, f"policy=always, kernel cannot run it ({reason}): reference op")
+            return Choice(True, Implementation.REFERENCE,
+                          f"policy=always, kernel cannot run it ({reason}): reference op")
         return Choice(False, Implementation.UNFUSED, reason)
     if config.policy == "always":
         try:
@@ -135,17 +118,18 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
     if site.position == "pre" and site.backward_reads_norm:
         # the bound is cuBLAS alone: a clear loss, decided without tuning and timing the kernel (seconds of the
         # first compile per site; every such training site measured on the H200 ran 1.0–1.7x cuBLAS's time)
-        return Choice(False, Implementation.UNFUSED, f"nothing to save in training (the backward reads the normalized tensor, "
-                                        f"so it is written either way): the fused GEMM would have to run "
-                                        f"{max(config.min_speedup, PROLOGUE_MIN_SPEEDUP)}x faster than cuBLAS "
-                                        f"alone, which no mainloop of this project does; not measured")
+        return Choice(False, Implementation.UNFUSED,
+                      f"nothing to save in training (the backward reads the normalized tensor, "
+                      f"so it is written either way): the fused GEMM would have to run "
+                      f"{max(config.min_speedup, PROLOGUE_MIN_SPEEDUP)}x faster than cuBLAS "
+                      f"alone, which no mainloop of this project does; not measured")
     return _measured_choice(site, config)
 
 
 def _static_reason(site: MatmulSite) -> Optional[str]:
     if site.position == "post":
-        return norm_gemm.post_norm_unsupported_reason(site.dtype, site.K, site.N, site.M, site.device)
-    return norm_gemm.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
+        return row_norm.post_norm_unsupported_reason(site.dtype, site.K, site.N, site.M, site.device)
+    return row_norm.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
 
 
 def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> dict:
@@ -212,11 +196,12 @@ def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
     if _host_bound_risk(t, plan):  # the real fused graph decides, or the site stays unfused (never slower)
         if config.compiled_check:
             return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
-        return Choice(False, Implementation.UNFUSED, f"{detail}; but its host time is close to its GPU time (compiled_check "
-                                        f"off: the fused graph is not compiled to check it)")
+        return Choice(False, Implementation.UNFUSED,
+                      f"{detail}; but its host time is close to its GPU time (compiled_check "
+                      f"off: the fused graph is not compiled to check it)")
     if config.launch == "op" and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
-                                        f"{config.min_kernel_ms} and the op's host cost would dominate")
+                                                     f"{config.min_kernel_ms} and the op's host cost would dominate")
     return Choice(True, Implementation.FUSED_TRITON, f"{detail}; plan {_plan_name(plan)}", plan)
 
 
@@ -231,7 +216,8 @@ def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> 
         t = _cached(site, config, kind, lambda site: _measure_compiled_block(site, config))
         plan = _cached(site, config, "plan", _tune)["plan"]  # the child tuned it (disk cache)
     except Exception as e:  # keep the unfused path
-        return Choice(False, Implementation.UNFUSED, f"{before}; the compiled graphs not measured ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED,
+                      f"{before}; the compiled graphs not measured ({type(e).__name__}: {e})")
     detail = (f"{before}; then compiled: fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for "
               f"torch.compile's graph")
     if t["fused_ms"] * config.compiled_min_speedup < t["compiled_ms"]:
@@ -272,41 +258,16 @@ def _host_bound_risk(t: dict, plan) -> bool:
             and t["host_ms"] > HOST_BOUND_RISK * t["fused_ms"] and not torch._inductor.config.triton.cudagraphs)
 
 
-def _inputs(site: MatmulSite) -> dict:
-    """Random operands shaped like the site's. They look like real ones (γ near 1, W scaled by 1/√K): the H200's
-    clocks depend on the data the tensor cores see."""
-    dev, dt = site.device, site.dtype
-    w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
-    return dict(
-        x=torch.randn(site.M, site.K, device=dev, dtype=dt),
-        w=w.t().contiguous() if site.weight_kn else w,
-        g=(1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None,
-        beta=(0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None,
-        b=torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None,
-        residual=torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual else None,
-    )
-
-
-def _post_inputs(site: MatmulSite) -> dict:
-    """As _inputs, with the norm's parameters sized N (the post-norm normalizes the matmul's output)."""
-    t = _inputs(site)
-    dev, dt = site.device, site.dtype
-    t["g"] = (1 + 0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_weight else None
-    t["beta"] = (0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_bias else None
-    t["residual_out"] = torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual_out else None
-    return t
-
-
 def _tune(site: MatmulSite, inputs: Optional[dict] = None, gluon: bool = True) -> dict:
     """{"plan": the fastest (prologue or post-norm plan, block config) of the fused kernel for this site, by GPU time};
     ``gluon=False``: of the plans Inductor launches itself (the Triton mainloop)."""
     if site.position == "post":
-        t = inputs or _post_inputs(site)
+        t = inputs or matmul_operands(site)
         plan = norm_gemm.post_tuned_plan(t["x"], t["w"], t["b"], t["residual"], t["g"], t["beta"], 1e-6,
                                          layer_norm=site.norm == "ln", write_z=site.write_z, w_kn=site.weight_kn,
                                          residual_out=t["residual_out"], gluon=gluon)
         return {"plan": list(plan)}
-    t = inputs or _inputs(site)
+    t = inputs or matmul_operands(site)
     prologues = norm_gemm.ALL_PROLOGUES if gluon else norm_gemm.PROLOGUES
     plan = norm_gemm.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, prologues=prologues, beta=t["beta"],
                                 center=site.norm == "ln", w_kn=site.weight_kn)
@@ -320,7 +281,7 @@ def _measure(site: MatmulSite) -> dict:
     Timed by CUDA-graph replay: the pass runs inside Inductor's compile, where the Python dispatcher makes every
     eager call slow (measured: small fused launches looked 2.5x slower than they run), and graph replay takes
     the host out of both sides alike."""
-    t = _post_inputs(site) if site.position == "post" else _inputs(site)
+    t = matmul_operands(site)
     x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
     plan = norm_gemm.Plan.of(_tune(site, t)["plan"])
 
@@ -362,27 +323,6 @@ def _measure(site: MatmulSite) -> dict:
 
 # --- norm → attention → norm ------------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class AttentionSite:
-    batch: int
-    q_len: int
-    kv_len: int
-    heads: int
-    head_dim: int
-    dtype: torch.dtype
-    device: torch.device
-    activation: str
-    has_ln_weight: bool
-    has_ln_bias: bool
-    has_rms_weight: bool
-    train: bool = False  # the graph is differentiated: forward and backward are measured
-    kv_grad: bool = True  # in training, k or v needs a gradient (else the dK/dV kernel does not run)
-
-    @property
-    def shape(self) -> tuple:
-        return (self.batch, self.q_len, self.kv_len, self.heads, self.head_dim)
-
-
 def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     """As ``choose``, for the norm → attention → norm block. Inference: the fused forward against a lower bound of
     the unfused block, the attention alone (SDPA, or the two batched matmuls of the generalized form without its
@@ -402,7 +342,7 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     else:
         choice = _choose_attention_site(site, config, kernel_reason, _measure_attention, 2.5, "attention",
                                         "copies of q")
-        if choice.fused or not choice.reason.startswith("forward"):  # fused, or never measured (policy, operands)
+        if choice.fused or not choice.measured:  # fused, or never measured (policy, operands)
             return choice
         before = f"{choice.reason}; then"
     return _versus_compiled_block(site, config, before)
@@ -415,7 +355,8 @@ def _versus_compiled_block(site, config: NormFusionConfig, before: str) -> Choic
         kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
         t = _cached(site, config, kind, _measure_compiled_block)
     except Exception as e:  # keep the unfused path
-        return Choice(False, Implementation.UNFUSED, f"{before} the compiled block not measured ({type(e).__name__}: {e})")
+        return Choice(False, Implementation.UNFUSED,
+                      f"{before} the compiled block not measured ({type(e).__name__}: {e})")
     detail = (f"{before} measured fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for the compiled "
               f"block (torch.compile)")
     if t["fused_ms"] * config.compiled_min_speedup < t["compiled_ms"]:
@@ -491,7 +432,8 @@ def _attention_policy(site, config: NormFusionConfig, kernel_reason: Optional[st
     reason = f"no fused kernel for device '{site.device.type}'" if site.device.type != "cuda" else kernel_reason
     if reason is not None:
         if config.policy == "always":
-            return Choice(True, Implementation.REFERENCE, f"policy=always, kernel cannot run it ({reason}): reference op")
+            return Choice(True, Implementation.REFERENCE,
+                          f"policy=always, kernel cannot run it ({reason}): reference op")
         return Choice(False, Implementation.UNFUSED, reason)
     if config.policy == "always":
         return Choice(True, Implementation.FUSED_TRITON, "policy=always")
@@ -521,8 +463,8 @@ def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Option
     detail = (f"{what}: measured fused {fused_ms:.4f} ms{host_note} vs unfused lower bound {unfused_ms:.4f} ms "
               f"({attention} {t['attention_ms']:.4f} + {copies} {copied} {copies * t['copy_ms']:.4f})")
     if fused_ms * max(config.min_speedup, ATTENTION_MIN_SPEEDUP) >= unfused_ms:
-        return Choice(False, Implementation.UNFUSED, detail)
-    return Choice(True, Implementation.FUSED_TRITON, detail)
+        return Choice(False, Implementation.UNFUSED, detail, measured=True)
+    return Choice(True, Implementation.FUSED_TRITON, detail, measured=True)
 
 
 def _measure_attention(site: AttentionSite) -> dict:
@@ -564,30 +506,6 @@ def _time_interleaved(fns: dict, train: bool) -> dict:
 
 
 # --- regrouped normalization: one epilogue GEMM against the GEMM and the round trips it removes --------------------
-
-@dataclasses.dataclass(frozen=True)
-class EpilogueSite:
-    """One GEMM of a regrouped chain (patterns/regrouped_norm.py): a consumer (``row_norm``, ``activation``) or
-    the stream's producer (``residual``, ``stats``). ``saved_bytes``: the device-memory traffic of the unfused
-    graph that this GEMM's epilogue removes (the normalized tensor's write, the GEMM output's round trip into
-    the activation or the residual add)."""
-
-    M: int
-    N: int
-    K: int
-    dtype: torch.dtype
-    device: torch.device
-    row_norm: str
-    activation: str
-    write_aux: bool
-    stats: str
-    residual: bool
-    w_kn: bool
-    saved_bytes: int
-    residual_norm: str = "none"
-    head_dim: int = 0  # a per-head RMSNorm (QK-norm) in the epilogue
-    rope: bool = False  # and RoPE after it
-
 
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
@@ -688,15 +606,16 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         if backend == "triton" or timed[backend] < config.min_kernel_ms:
             # launched by Inductor's code: no op call per step (the faster op-launched backend would be host-bound)
             note = "" if backend == "triton" else f" (not {backend}: shorter than min_kernel_ms through the op)"
-            return Choice(True, Implementation.REGROUPED_TRITON, f"{detail}; launched directly{note}", dict(triton_config))
+            return Choice(True, Implementation.REGROUPED_TRITON,
+                          f"{detail}; launched directly{note}", dict(triton_config))
     if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
         why_op = ("no tuned Triton config to launch directly" if direct_launch and triton_config is None
                   else "not launched directly (launch='op', or a shape the traced launch does not serve)"
                   if not direct_launch else "")
         return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
-                                        f"{config.min_kernel_ms} and the op's host cost would dominate"
-                                        + (f" ({why_op})" if why_op else ""))
+                                                     f"{config.min_kernel_ms} and the op's host cost would dominate"
+                                                     + (f" ({why_op})" if why_op else ""))
     return Choice(True, Implementation(f"regrouped_{backend}"), detail)
 
 

@@ -17,9 +17,9 @@ def fake_cuda(monkeypatch):
     # conftest turns on the interpreter, whose kernels wrap_triton runs instead of tracing: trace compiled ones
     from triton.runtime.jit import JITFunction
 
-    from norm_fusion_inductor.kernels import common, epilogue_gemm
+    from norm_fusion_inductor.kernels import common, epilogue_gemm, row_norm
 
-    for module in (norm_gemm, epilogue_gemm, common):
+    for module in (norm_gemm, epilogue_gemm, common, row_norm):
         for name, kernel in vars(module).items():
             if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
                 monkeypatch.setattr(module, name, JITFunction(kernel.fn))

@@ -168,7 +168,7 @@ def test_run_and_launch_take_the_weight_stored_k_n(monkeypatch, w_kn):
     assert torch.equal(kwargs["u"], w_nk.sum(1, dtype=torch.float32))  # per output column n, whatever the storage
 
     kernel_launches = []
-    monkeypatch.setattr(norm_gemm, "_ensure_allocator", lambda: None)
+    monkeypatch.setattr(norm_gemm_gluon, "_ensure_allocator", lambda: None)
     monkeypatch.setattr(norm_gemm_gluon, "_cached_launch",
                         lambda kernel, grid, args, meta, device: kernel_launches.append((kernel, args, meta)))
     norm_gemm_gluon._launch_kernel(x, w, out, None, None, None, None, 0.0, norm_gemm_gluon.NO_STATS, False, False,
@@ -238,8 +238,8 @@ def test_post_norm_tuning_offers_the_gluon_row_plans_where_rows_fit(sm90, monkey
 
 def _kernel_launches(monkeypatch):
     launches = []
-    monkeypatch.setattr(norm_gemm, "_ensure_allocator", lambda: None)
-    monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(norm_gemm_gluon, "_ensure_allocator", lambda: None)
+    monkeypatch.setattr(norm_gemm_gluon, "_num_sms", lambda index: 132)
     monkeypatch.setattr(norm_gemm_gluon, "_cached_launch",
                         lambda kernel, grid, args, meta, device: launches.append(
                             (kernel, dict(zip(kernel.arg_names, args)), meta, grid())))

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from norm_fusion_inductor import selection, timing
+from norm_fusion_inductor import selection, sites, timing
 from norm_fusion_inductor.config import OLDER_FUSIONS, NormFusionConfig
-from norm_fusion_inductor.kernels import norm_gemm
+from norm_fusion_inductor.kernels import row_norm
 
 CUDA_SITE = selection.MatmulSite(M=262144, K=1024, N=256, dtype=torch.bfloat16, device=torch.device("cuda", 0),
                                  has_norm_weight=True, has_bias=False)
@@ -103,7 +103,7 @@ def test_wide_post_norm_rows_stay_unfused_with_the_reason(measured):
     residual) has a static reason naming the width and the rewrite that takes it (nothing is timed); a 256-wide
     one is measured and, launched by Inductor, fused."""
     numbers, calls, config = measured
-    reason = norm_gemm.post_norm_unsupported_reason(torch.bfloat16, 768, 768, 16384, torch.device("cuda", 0))
+    reason = row_norm.post_norm_unsupported_reason(torch.bfloat16, 768, 768, 16384, torch.device("cuda", 0))
     assert "N=768 > 256" in reason and "regrouped_norm" in reason
     post = selection.MatmulSite(**{**CUDA_SITE.__dict__, "M": 16384, "K": 768, "N": 256, "position": "post",
                                    "norm": "ln", "has_residual": True})
@@ -408,7 +408,7 @@ def test_child_subgraph_is_the_one_the_plugin_fuses(fields):
 
     torch._dynamo.reset()
     site = selection.MatmulSite(M=64, K=32, N=16, dtype=torch.float32, device=torch.device("cpu"), **fields)
-    t = selection._post_inputs(site) if site.position == "post" else selection._inputs(site)
+    t = sites.matmul_operands(site)
     args = tuple(t.get(k) for k in ("x", "w", "g", "beta", "b", "residual", "residual_out"))
     block = measure_block.matmul_block(site)
     eager = block(*args)

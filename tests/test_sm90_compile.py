@@ -97,15 +97,18 @@ def _record(module, scenario) -> list:
     """The launches ``scenario(module)`` makes, with the module's kernels replaced by recorders meanwhile."""
     import triton
 
+    from norm_fusion_inductor.kernels import row_norm  # the pre-pass the norm-GEMM modules share
+
     launches = []
-    kernels = {n: f for n, f in vars(module).items() if isinstance(f, triton.runtime.JITFunction)}
+    kernels = {(m, n): f for m in (module, row_norm) for n, f in vars(m).items()
+               if isinstance(f, triton.runtime.JITFunction)}
     try:
-        for name, kernel in kernels.items():
-            setattr(module, name, _Recorder(kernel, launches))
+        for (owner, name), kernel in kernels.items():
+            setattr(owner, name, _Recorder(kernel, launches))
         scenario(module)
     finally:
-        for name, kernel in kernels.items():
-            setattr(module, name, kernel)
+        for (owner, name), kernel in kernels.items():
+            setattr(owner, name, kernel)
     return launches
 
 
@@ -149,7 +152,8 @@ def _compile_spec(kernel, args, kwargs) -> dict:
     options = {k: v for k, v in kwargs.items() if k not in names}  # num_warps, num_stages, ...
     if "num_warps" in names:  # a Gluon kernel takes num_warps as a constexpr too
         options["num_warps"] = kwargs["num_warps"]
-    return dict(kernel=kernel.__name__, signature=signature, constexprs=constexprs, attrs=attrs, options=options)
+    return dict(kernel=kernel.__name__, module=kernel.fn.__module__, signature=signature, constexprs=constexprs,
+                attrs=attrs, options=options)
 
 
 def _label(spec) -> str:
@@ -162,13 +166,13 @@ def _label(spec) -> str:
     return " ".join([f"{spec['kernel']}({spec['signature'][names[0]]})", *flags, *options, *wide])
 
 
-def _compile_sm90(module_name: str, spec: dict):
+def _compile_sm90(spec: dict):
     """(seconds, error message or None) of compiling one launch for sm_90 (a worker process)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernel = getattr(sys.modules[module_name], spec["kernel"])
+    kernel = getattr(sys.modules[spec["module"]], spec["kernel"])
     start = time.perf_counter()
     if kernel.is_gluon():
         from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
@@ -244,7 +248,7 @@ def main_hgmma_gaps() -> int:
     from norm_fusion_inductor.kernels import norm_gemm, tuning
     from norm_fusion_inductor.kernels import norm_gemm_gluon as ngg
 
-    norm_gemm._num_sms = lambda index: 132
+    norm_gemm._num_sms = ngg._num_sms = lambda index: 132
     M, K, N = 1024, 1024, 1024
     x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
     rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
@@ -422,7 +426,7 @@ def _epilogue_gemm(eg):
 def _norm_gemm_gluon(ngg):
     from norm_fusion_inductor.kernels import norm_gemm
 
-    norm_gemm._num_sms = lambda index: 132
+    norm_gemm._num_sms = ngg._num_sms = lambda index: 132
     M, K, N = 1024, 1024, 1024
     x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
     rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
@@ -519,7 +523,7 @@ def compile_module(module, scenario) -> list:
             specs.append(dict(spec, signature=signature))
     context = multiprocessing.get_context("fork")  # the workers find the module (and its kernels) in sys.modules
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        results = pool.map(_compile_sm90, [module.__name__] * len(specs), specs)
+        results = pool.map(_compile_sm90, specs)
         results = [(_label(spec), *result) for spec, result in zip(specs, results)]
     launched = {spec["kernel"] for spec in specs}
     results += [(name, 0.0, "never launched by the scenario") for name, f in vars(module).items()

@@ -70,6 +70,7 @@ from .common import interpret_mode as _env_interpret
 from .common import m_bucket as _bucket
 from .common import num_sms as _num_sms
 from .common import fastest_config, launcher, tile_coords, unused_pointer
+from .row_norm import POST_NORM_MAX_N, row_stats, unsupported_shape_reason
 
 
 @triton.jit
@@ -255,34 +256,6 @@ def _normalize(z, mean, rstd, post_w_ptr, post_b_ptr, offs_n, N, LAYER_NORM: tl.
     return y
 
 
-@triton.jit
-def row_stats_kernel(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, inv_k, eps, CENTER: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The pre-pass, one read of x: rstd[m] = rsqrt(mean(x²) + eps) (RMSNorm), or with CENTER mean[m] and
-    rstd[m] = rsqrt(var + eps) (LayerNorm, from sums of x − x[m, 0], which do not cancel)."""
-    inv_k, eps = tl.cast(inv_k, tl.float32), tl.cast(eps, tl.float32)  # fp64 when Inductor launches it
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    if CENTER:
-        shift = tl.load(x_ptr + rows * stride_xm, mask=rows < M, other=0.0).to(tl.float32)
-        sum_x = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    sum_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        cols = k + tl.arange(0, BLOCK_K)
-        mask = (rows[:, None] < M) & (cols[None, :] < K)
-        v = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if CENTER:
-            v = tl.where(mask, v - shift[:, None], 0.0)
-            sum_x += v
-        sum_sq += v * v
-    if CENTER:
-        mean_shifted = tl.sum(sum_x, axis=1) * inv_k
-        var = tl.sum(sum_sq, axis=1) * inv_k - mean_shifted * mean_shifted
-        tl.store(mean_ptr + rows, shift + mean_shifted, mask=rows < M)
-        tl.store(rstd_ptr + rows, tl.math.rsqrt(tl.maximum(var, 0.0) + eps), mask=rows < M)
-    else:
-        tl.store(rstd_ptr + rows, tl.math.rsqrt(tl.sum(sum_sq, axis=1) * inv_k + eps), mask=rows < M)
-
-
 # Hopper configs. BLOCK_M=128 is one wgmma warpgroup tile per 4 warps; the K tile is 64 or 128 (128 B or 256 B
 # rows for 16-bit types, what TMA swizzles best); BLOCK_N 128/256 trades L2 reuse against registers.
 _GPU_CONFIGS = [
@@ -305,7 +278,6 @@ _INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_st
 
 
 _TUNED: dict = {}
-POST_NORM_MAX_N = 256  # whole rows in one tile: TMA's largest box
 
 
 @dataclasses.dataclass
@@ -362,15 +334,6 @@ def _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=False, row_scale=F
     )
 
 
-def _row_stats(x, rstd, mean, eps):
-    M, K = x.shape
-    block_k = min(triton.next_power_of_2(K), 1024 if x.is_cuda else 32)
-    block_m = 8 if x.is_cuda else 4
-    launcher(row_stats_kernel, x)[(triton.cdiv(M, block_m),)](
-        x, mean if mean is not None else unused_pointer(x), rstd, M, K, x.stride(0), 1.0 / K, eps,
-        CENTER=mean is not None, BLOCK_M=block_m, BLOCK_K=block_k, num_warps=8 if x.is_cuda else 1)
-
-
 def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None, w_kn=False):
     """Run one plan: ("in_loop" | "pre_pass" | "plain", block config). With ``mean`` given it is LayerNorm
     (γ, β optional), else RMSNorm. ``w_kn``: w is stored [K, N] (x @ w) instead of [N, K] (x @ wᵀ)."""
@@ -394,7 +357,7 @@ def _run(plan, x, w, out, rstd, eps, gamma=None, bias=None, mean=None, beta=None
         u = _matvec(w, gamma, k_dim) if center else None  # u[n] = Σ_k W[n, k] γ[k]
         _launch(x, w, out, gamma, bias, rstd, eps, cfg, row_stats=True, mean=mean, u=u, w_kn=w_kn)
     elif prologue == "pre_pass":
-        _row_stats(x, rstd, mean, eps)
+        row_stats(x, rstd, mean, eps)
         w_eff = _fold(w, gamma, k_dim)  # γ folded into the weight: A goes straight to the wgmma
         # column sums of the rounded W·γ the GEMM uses, accumulated in fp32 without an fp32 copy of W
         u = w_eff.sum(k_dim, dtype=torch.float32) if center else None
@@ -421,24 +384,6 @@ def _fold_bias(w, beta, bias, k_dim=1):
         return bias
     v = _matvec(w, beta, k_dim)
     return v + bias.float() if bias is not None else v
-
-
-def unsupported_shape_reason(dtype: torch.dtype, K: int, N: int, device: torch.device,
-                             center: bool = False) -> str | None:
-    """What the kernel cannot take whatever the tensors' layout (the pass checks this at compile time).
-    ``center``: LayerNorm."""
-    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        return f"dtype {dtype} not supported"
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
-        return "tensor descriptors need sm_90 or newer"
-    if center and device.type == "cuda" and dtype == torch.float32:
-        # the pre-pass loses accuracy at |mean| >> std in fp32 (module doc); the in-loop plan, which does not,
-        # has not run in fp32 on the GPU
-        return "fp32 LayerNorm has no GPU kernel plan within the unfused path's error"
-    elem = torch.empty((), dtype=dtype).element_size()
-    if (K * elem) % 16 or (N * elem) % 16:
-        return f"K={K} or N={N} rows are not 16-byte aligned (TMA)"
-    return None
 
 
 def supports(x: torch.Tensor, w: torch.Tensor, w_kn: bool = False, center: bool = False) -> str | None:
@@ -643,16 +588,6 @@ def post_tuned_plan(x, w, bias, residual, norm_weight, norm_bias, eps, *, layer_
     return _fastest(key, _post_plans(x, N, w_kn, gluon), lambda plan: _run_post(
         plan, x, w, out, z, mean, rstd, bias, residual, norm_weight, norm_bias, eps, layer_norm, w_kn, residual_out),
         timed=x.is_cuda)
-
-
-def post_norm_unsupported_reason(dtype, K: int, N: int, M: int, device: torch.device) -> str | None:
-    """What the post-norm epilogue cannot take on top of the mainloop's limits (unsupported_shape_reason)."""
-    if N > POST_NORM_MAX_N:
-        return (f"N={N} > {POST_NORM_MAX_N}: the post-norm epilogue needs whole rows in one tile (the regrouped "
-                f"rewrite, fusions 'regrouped_norm', takes wider rows)")
-    if M * N >= 2 ** 31:
-        return f"M*N = {M * N} overflows the epilogue's 32-bit offsets"
-    return unsupported_shape_reason(dtype, K, N, device)
 
 
 def matmul_norm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,

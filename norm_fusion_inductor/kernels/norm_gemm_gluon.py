@@ -70,8 +70,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import tuning
+from .common import ensure_allocator as _ensure_allocator  # module-level names: tests stand in for the GPU
+from .common import num_sms as _num_sms
 from .common import traced
 from .launch import cached_launch as _cached_launch
+from .row_norm import post_norm_unsupported_reason, row_stats
 
 NO_STATS, RMS_STATS, LN_STATS = 0, 1, 2
 
@@ -639,8 +642,6 @@ def post_unsupported_reason(dtype: torch.dtype, device: torch.device, M: int, K:
                             w_kn: bool = False) -> str | None:
     """None if this mainloop can run the post-norm "row" epilogue (post_run) with ``cfg``, else why not: whole
     rows per tile (N ≤ BLOCK_N), on top of the mainloop's and the Triton post-norm's limits."""
-    from .norm_gemm import post_norm_unsupported_reason
-
     if N > cfg["BLOCK_N"]:
         return f"N={N} > BLOCK_N={cfg['BLOCK_N']}: the post-norm epilogue needs whole rows per tile"
     return (unsupported_reason(dtype, device, K, cfg, "plain", False, w_kn)
@@ -663,15 +664,13 @@ def run(prologue, cfg, x, w_eff, out, rstd, eps, bias=None, mean=None, w_kn=Fals
     """One plan of norm_gemm's prologues on this mainloop (norm_gemm._run hands over the "gluon_*" plans): γ is
     already folded into ``w_eff`` [N, K] ([K, N] with ``w_kn``) and, for LayerNorm (``mean`` given), β into the
     fp32 ``bias``."""
-    from .norm_gemm import _row_stats
-
     # u[n] = Σ_k W'[n, k], the column sums of the rounded W·γ the GEMM uses (the mean correction cancels against
     # exactly these): a sum over w_eff's K axis, 1 for [N, K], 0 for [K, N]
     u = w_eff.sum(0 if w_kn else 1, dtype=torch.float32) if mean is not None else None
     if prologue == "plain":
         launch(x, w_eff, out, cfg, bias=bias, w_kn=w_kn)
     elif prologue == "pre_pass":
-        _row_stats(x, rstd, mean, eps)
+        row_stats(x, rstd, mean, eps)
         launch(x, w_eff, out, cfg, row_scale=True, bias=bias, rstd=rstd, mean=mean, u=u, eps=eps, w_kn=w_kn)
     else:
         launch(x, w_eff, out, cfg, row_stats=LN_STATS if mean is not None else RMS_STATS, bias=bias, rstd=rstd,
@@ -728,11 +727,9 @@ _LIB.define("gluon_norm_gemm(Tensor x, Tensor w, Tensor(a!) out, Tensor? bias, T
 def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, write_stats, bm, bn, bk, num_buffers,
                    group_m, num_warps, warp_specialize=0, w_kn=False, post_norm=0, residual=None, gamma=None,
                    beta=None, z=None, residual_out=None):
-    from . import norm_gemm
-
     M, K = x.shape
     N = w.shape[1] if w_kn else w.shape[0]  # w [K, N] or [N, K]; w.stride(0) is then its K or N stride
-    norm_gemm._ensure_allocator()  # device-side descriptors live in Triton's global scratch (per thread)
+    _ensure_allocator()  # device-side descriptors live in Triton's global scratch (per thread)
     tensors = (x, w, out, *(t if t is not None else out for t in (bias, rstd, mean, u)))
     # the post-norm's operands are None when absent (the kernel tests for None; no parameter in the other
     # variants' PTX)
@@ -748,7 +745,7 @@ def _launch_kernel(x, w, out, bias, rstd, mean, u, eps, row_stats, row_scale, wr
     args = (*tensors, M, N, K, x.stride(0), w.stride(0), out.stride(0), 1.0 / K, eps, *post_tensors)
 
     def grid():  # persistent: one CTA per SM at most
-        return (min(norm_gemm._num_sms(x.device.index or 0), triton.cdiv(M, bm) * triton.cdiv(N, bn)), 1, 1)
+        return (min(_num_sms(x.device.index or 0), triton.cdiv(M, bm) * triton.cdiv(N, bn)), 1, 1)
 
     _cached_launch(kernel, grid, args, meta, x.device)
 

@@ -1,0 +1,103 @@
+"""What the selection decides about: one description per kind of site (a matmul with its norm, an attention block, a
+GEMM of a regrouped chain) and the operands a matmul site is timed with. A leaf module: the selection, the child
+process that compiles a site (``measure_block``) and the calibration all read it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulSite:
+    M: int
+    K: int
+    N: int
+    dtype: torch.dtype
+    device: torch.device
+    has_norm_weight: bool
+    has_bias: bool
+    norm: str = "rms"  # "rms" or "ln"
+    has_norm_bias: bool = False
+    weight_kn: bool = False  # weight stored [K, N] (Conv1D)
+    position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm (its epilogue)
+    has_residual: bool = False  # post: z = x Wᵀ + b + residual
+    write_z: bool = False  # post: z is written too
+    has_residual_out: bool = False  # post: a residual added after the norm
+    # pre, training: the backward reads the normalized tensor (dW = dYᵀ·n), so its write moves into the backward
+    # (recomputed or saved) instead of going away: nothing to save, declined without measuring (``choose``)
+    backward_reads_norm: bool = False
+
+
+def _pre_operands(site: MatmulSite) -> dict:
+    """Random operands shaped like the site's. They look like real ones (γ near 1, W scaled by 1/√K): the H200's
+    clocks depend on the data the tensor cores see."""
+    dev, dt = site.device, site.dtype
+    w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
+    return dict(
+        x=torch.randn(site.M, site.K, device=dev, dtype=dt),
+        w=w.t().contiguous() if site.weight_kn else w,
+        g=(1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None,
+        beta=(0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None,
+        b=torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None,
+        residual=torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual else None,
+    )
+
+
+def matmul_operands(site: MatmulSite) -> dict:
+    """Random operands shaped like the site's (x, w, g, beta, b, residual, residual_out): a post-norm site's norm
+    parameters are sized N (it normalizes the matmul's output)."""
+    t = _pre_operands(site)
+    if site.position != "post":
+        return t
+    dev, dt = site.device, site.dtype
+    t["g"] = (1 + 0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_weight else None
+    t["beta"] = (0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_bias else None
+    t["residual_out"] = torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual_out else None
+    return t
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSite:
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    activation: str
+    has_ln_weight: bool
+    has_ln_bias: bool
+    has_rms_weight: bool
+    train: bool = False  # the graph is differentiated: forward and backward are measured
+    kv_grad: bool = True  # in training, k or v needs a gradient (else the dK/dV kernel does not run)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.batch, self.q_len, self.kv_len, self.heads, self.head_dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueSite:
+    """One GEMM of a regrouped chain (patterns/regrouped_norm.py): a consumer (``row_norm``, ``activation``) or
+    the stream's producer (``residual``, ``stats``). ``saved_bytes``: the device-memory traffic of the unfused
+    graph that this GEMM's epilogue removes (the normalized tensor's write, the GEMM output's round trip into
+    the activation or the residual add)."""
+
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    device: torch.device
+    row_norm: str
+    activation: str
+    write_aux: bool
+    stats: str
+    residual: bool
+    w_kn: bool
+    saved_bytes: int
+    residual_norm: str = "none"
+    head_dim: int = 0  # a per-head RMSNorm (QK-norm) in the epilogue
+    rope: bool = False  # and RoPE after it

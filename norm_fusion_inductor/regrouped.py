@@ -18,8 +18,8 @@ it runs (CUDA sm_90+, or the Triton interpreter), or with ``backend="quack"`` Qu
 same math in torch ops last, with the reason logged once. ``head_dim`` adds a per-head RMSNorm of the output
 (QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d ``head_eps_tensor`` that dynamic shapes make of it)
 and, with ``rope_cos``/``rope_sin`` [M, head_dim], the rotate-half rotary embedding after it — for a q/k
-projection (Triton kernel only). No autograd: the pass inserts it into joint graphs after autograd, whose backward
-reads ``aux`` (the pre-activation) and the statistics.
+projection (Triton kernel only); without ``head_weight``, the rotary embedding alone. No autograd: the pass
+inserts it into joint graphs after autograd, whose backward reads ``aux`` (the pre-activation) and the statistics.
 
 The backward regroups the same way (docs/design_notes/regrouped_backward.md). For a pre-norm RMSNorm
 n = x·rstd·γ read by one linear (z = n Wᵀ): dn = dz W is that linear's dgrad, and its epilogue finishes the norm's
@@ -49,10 +49,10 @@ head_dim_problem = kernel.head_dim_problem  # for the patterns: whether a q/k no
 
 
 def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm, head_dim=0,
-              rope=False) -> kernel.Epilogue:
+              rope=False, head_norm=True) -> kernel.Epilogue:
     return kernel.Epilogue(row_norm=row_norm, bias=has_bias, residual=has_residual, activation=activation,
                            write_aux=write_aux, stats=stats, residual_norm=residual_norm, head_dim=head_dim,
-                           rope=rope)
+                           rope=rope, head_norm=head_norm)
 
 
 def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
@@ -63,7 +63,8 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
     tuned one — how the pass traces a direct launch into its graph (``launch_config``), the kernel launched from
     Inductor's generated code with no Python op per call."""
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
-                         residual_norm, head_dim, rope_cos is not None)
+                         residual_norm, head_dim, rope_cos is not None,
+                         head_norm=head_weight is not None or not head_dim)
     res_norm = None
     if residual_norm != "none":
         res_norm = kernel.ResidualNorm(*(t.contiguous() if t is not None else None for t in (
@@ -72,7 +73,7 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
     if head_dim:
         if head_eps_tensor is not None:  # a graph input under dynamic shapes (0-d, on the host): one fp32 element
             head_eps = head_eps_tensor.reshape(1).to(device=a.device, dtype=torch.float32)
-        head_norm = kernel.HeadNorm(head_weight.contiguous(), head_eps, *(
+        head_norm = kernel.HeadNorm(head_weight.contiguous() if head_weight is not None else None, head_eps, *(
             t.contiguous() if t is not None else None for t in (rope_cos, rope_sin)))
     a, w, residual, reason = prepare(a, w, residual, w_kn, epilogue)
     if reason is not None:
@@ -111,7 +112,8 @@ epilogue_gemm = torch.ops.norm_fusion.epilogue_gemm.default
 
 def launch_config(choice) -> Optional[dict]:
     """The block config to launch a selection choice's Triton GEMM with from Inductor's code, or None (the op)."""
-    return choice.plan if choice.implementation == Implementation.REGROUPED_TRITON and isinstance(choice.plan, dict) else None
+    launched = choice.implementation == Implementation.REGROUPED_TRITON and isinstance(choice.plan, dict)
+    return choice.plan if launched else None
 
 
 def gemm_call(config: Optional[dict]):
@@ -288,10 +290,12 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
 
 
 def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm) -> Tensor:
-    """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm, then (cos and sin given) rotate-half RoPE."""
+    """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm (where it has a weight), then (cos and sin given)
+    rotate-half RoPE."""
     M, N = z.shape
     z = z.view(M, N // head_dim, head_dim)
-    z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + norm.eps) * norm.weight.float()
+    if norm.weight is not None:
+        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + norm.eps) * norm.weight.float()
     if norm.cos is not None:
         half = head_dim // 2
         rotated = torch.cat([-z[..., half:], z[..., :half]], -1)

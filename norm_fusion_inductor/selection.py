@@ -509,7 +509,7 @@ def _time_interleaved(fns: dict, train: bool) -> dict:
 
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
-                         fold_bytes: int = 0, head_dim: int = 0, rope: bool = False,
+                         fold_bytes: int = 0, head_dim: int = 0, rope: bool = False, head_norm: bool = True,
                          direct_launch: bool = False, backward_reads_norm: bool = False) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
@@ -539,7 +539,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         saved = 2 * out_bytes * (2 if residual_norm != "none" and not backward_reads_norm else 1)  # residual
         # is read normalized on load)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
-                        residual_norm, head_dim, rope)
+                        residual_norm, head_dim, rope, head_norm)
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if device.type != "cuda":
@@ -741,8 +741,8 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         D = site.head_dim
         tables = (torch.rand(M, D, device=dev, dtype=dt), torch.rand(M, D, device=dev, dtype=dt)) if site.rope \
             else (None, None)
-        head = dict(head_dim=D, head_weight=torch.rand(D, device=dev, dtype=dt) + 0.5, head_eps=1e-6,
-                    rope_cos=tables[0], rope_sin=tables[1])
+        weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
+        head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1])
 
     def on(backend):
         return lambda: regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats,
@@ -822,7 +822,7 @@ def _site_epilogue(site: EpilogueSite):
 
     return eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
                        write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
-                       head_dim=site.head_dim, rope=site.rope)
+                       head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm)
 
 
 def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:

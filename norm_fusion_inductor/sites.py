@@ -101,3 +101,4 @@ class EpilogueSite:
     residual_norm: str = "none"
     head_dim: int = 0  # a per-head RMSNorm (QK-norm) in the epilogue
     rope: bool = False  # and RoPE after it
+    head_norm: bool = True  # with head_dim: False leaves the per-head norm out (RoPE alone)

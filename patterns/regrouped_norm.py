@@ -7,12 +7,14 @@
   gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
   normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
   once more (``aux``) because the backward reads it.
-* **QK-norm** (Qwen3- and Gemma3-style attention, inference): a consumer whose output is viewed per head
+* **QK-norm** (Qwen3- and Gemma3-style attention): a consumer whose output is viewed per head
   (``proj(h).view(B, L, H, D)``) and normalized per head by an RMSNorm, before or after ``.transpose(1, 2)``, then
-  rotated (rotate-half RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q and k are written once,
-  already normalized and rotated, and the attention stays the model's own (any backend, mask, GQA). In training
-  the epilogue also writes the projection's output (``aux``), which the norm's backward reads: the model's
-  per-head norm nodes stay in the graph for the backward, fed from it.
+  rotated (rotate-half RoPE with the model's cos/sin), takes the per-head norm and RoPE into its epilogue too; q
+  and k are written once, already normalized and rotated, and the attention stays the model's own (any backend,
+  mask, GQA). In training the epilogue also writes the projection's output (``aux``), which the norm's backward
+  reads: the model's per-head norm nodes stay in the graph for the backward, fed from it. Without a per-head
+  norm (Llama), the RoPE right after the view's transpose goes into the epilogue alone (its backward reads only
+  cos and sin).
 * **Producer.** Where the norm's input is ``x @ Wᵀ (+ b) + residual`` (o_proj / down_proj / fc2 plus the
   residual stream), that GEMM is rewritten to add bias and residual in its epilogue and to write per-segment
   partial row statistics; a tiny finish gives rstd (and μ), which the consumers and the backward read instead
@@ -173,9 +175,10 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
 @dataclasses.dataclass
 class HeadNorm:
     """q_norm(proj(h).view(B, L, H, D)) found after a consumer, the norm before or after ``.transpose(1, 2)``
-    (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one."""
+    (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one; or that RoPE alone, straight
+    after the view's transpose (Llama: ``weight`` None)."""
     view: Node  # the [B, L, H, D] view of the projection's output
-    weight: Node
+    weight: Optional[Node]  # None: no per-head norm (RoPE alone)
     eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
     output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's
     nodes: frozenset  # every node from the view to ``output``
@@ -225,7 +228,7 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
 
     match = _first_downstream([view], norm_at)
     if match is None:
-        return None
+        return _rope_alone(view, backward)
     weight = match.kwargs["weight"]
     if tuple(weight.meta["val"].shape) != (shape[3],):
         return None
@@ -235,6 +238,22 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     head = HeadNorm(view, weight, eps, match.output_node(),
                     frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
+    inner = head.nodes - {head.output}
+    if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
+        return None
+    return head
+
+
+def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
+    """The rotate-half RoPE of the projection's [B, L, H, D] view right after its transpose, with no per-head
+    norm (Llama's q and k), as a HeadNorm without weight; None where there is none or its nodes are read
+    elsewhere than by the ``backward`` nodes."""
+    if len(view.users) != 1 or not _is_head_transpose(next(iter(view.users))):
+        return None
+    head = HeadNorm(view, None, 0.0, view, frozenset([view]), transposed=False)
+    _with_rope(head)
+    if head.cos is None:
+        return None
     inner = head.nodes - {head.output}
     if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
         return None
@@ -499,6 +518,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         fold_bytes=fold_passes * n * K * x_val.element_size(),
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),
+                                        head_norm=bool(rw.head is None or rw.head.weight is not None),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads)
 
@@ -521,15 +541,22 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     ctx.regrouped_sites.append(Site(x, spec.norm, eps, rstd, mean, site, normed if others else None, gamma,
                                     beta))
     acts = sorted({rw.activation for rw in rewrites if rw.activation != "none"})
-    acts += sorted({"QK-norm + RoPE" if rw.head.cos is not None else "QK-norm" for rw in rewrites if rw.head})
+    acts += sorted({_head_piece(rw.head) for rw in rewrites if rw.head})
     return _accepted(site, ctx, rewrites, acts, choices)
+
+
+def _head_piece(head: HeadNorm) -> str:
+    """How the log names a q/k projection's per-head epilogue piece."""
+    if head.weight is None:
+        return "RoPE"
+    return "QK-norm + RoPE" if head.cos is not None else "QK-norm"
 
 
 def _accepted(site, ctx, rewrites, acts, choices) -> None:
     n = sum(len(rw.consumers) for rw in rewrites)
     reason = f"{n} matmul(s) read the stream with the norm in their epilogue"
     if acts:
-        reason += " (" + ", ".join(a if a.startswith("QK-norm") else f"activation {a}" for a in acts)
+        reason += " (" + ", ".join(a if a.startswith(("QK-norm", "RoPE")) else f"activation {a}" for a in acts)
         reason += " in the epilogue too)"
     reason += "; " + "; ".join(sorted({ch.reason for _, _, ch, _, _ in choices}))
     notes = sorted({note for *_, note in choices if note})

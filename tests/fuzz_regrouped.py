@@ -2,7 +2,7 @@
 
 Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an activation or a gated pair, with or
 without the stored pre-activation; producer: bias, residual (optionally normalized on load) and RMSNorm or LayerNorm partial statistics,
-the stream's mean up to 1000 σ; per_head: a q/k projection with a per-head RMSNorm (QK-norm), with or without the
+the stream's mean up to 1000 σ; per_head: a q/k projection with a per-head RMSNorm (QK-norm) or RoPE alone, with or without the
 input's row norm, a bias, the rotate-half RoPE and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
 a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
@@ -59,10 +59,11 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
         epilogue = eg.Epilogue(bias=True, residual=True, stats=rng.choice(["rms", "ln"]),
                                residual_norm=rng.choice(["none", "rms", "ln"]))
     else:
+        rope = rng.random() < 0.7
         epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "rms", "ln", "none"]), bias=rng.random() < 0.3,
                                write_aux=rng.random() < 0.5,
                                head_dim=rng.choice([16, 32, 64, 128] if device == "cuda" else [8, 16]),
-                               rope=rng.random() < 0.7)
+                               rope=rope, head_norm=not rope or rng.random() < 0.7)  # else RoPE alone
     sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
     M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
     K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
@@ -101,7 +102,8 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
         weight, eps, cos, sin = head
         D = epilogue.head_dim
         z = acc.view(acc.shape[0], -1, D)
-        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
+        if weight is not None:  # else RoPE alone
+            z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
         if cos is not None:
             rotated = torch.cat([-z[..., D // 2:], z[..., :D // 2]], -1)
             z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
@@ -154,7 +156,7 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
     head, head_args = None, {}
     if e.head_dim:  # the per-head norm's weight and eps, the rotary tables of random positions
         D = e.head_dim
-        weight = (torch.rand(D, device=device) + 0.5).to(dt)
+        weight = (torch.rand(D, device=device) + 0.5).to(dt) if e.head_norm else None
         cos = sin = None
         if e.rope:
             positions = torch.randint(0, 4096, (M,), generator=torch.Generator().manual_seed(M)).double()

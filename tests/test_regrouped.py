@@ -142,25 +142,26 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux, eps_tensor", [(True, False, False), (False, False, False),
-                                                         (True, True, False), (True, False, True)],
-                         ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor"])
-def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor):
+@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm", [
+    (True, False, False, True), (False, False, False, True), (True, True, False, True), (True, False, True, True),
+    (True, False, False, False)], ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone"])
+def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
     before the per-head norm is stored too, for the norm's backward. ``eps_tensor``: eps as dynamic shapes pass
-    it, a 0-d fp64 tensor on the host, which the kernel reads."""
+    it, a 0-d fp64 tensor on the host, which the kernel reads. ``head_norm`` off (no head weight): RoPE alone,
+    as Llama's q and k."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
         N = heads * head_dim
         a = (torch.randn(M, K) * 2 + 0.5).to(DEVICE, dtype)
         w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
         rstd = torch.rand(M, device=DEVICE) + 0.5
-        head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype)
+        head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype) if head_norm else None
         cos, sin = _rotary_tables(torch.arange(M) % 29, head_dim, DEVICE) if rope else (None, None)
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
-        epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope)
+        epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm)
         assert eg.unsupported_reason(a, w, False, epilogue) is None
         eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
         eps = dict(head_eps_tensor=torch.tensor(eps_value, dtype=torch.float64)) if eps_tensor else dict(
@@ -173,7 +174,8 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
         else:
             assert aux.numel() == 0
-        z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
+        if head_norm:
+            z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
         if rope:
             half = head_dim // 2
             rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
@@ -191,6 +193,8 @@ def test_per_head_norm_is_checked():
         eg.Epilogue(head_dim=512)
     with pytest.raises(ValueError, match="rope needs head_dim"):
         eg.Epilogue(rope=True)
+    with pytest.raises(ValueError, match="needs head_dim and rope"):
+        eg.Epilogue(head_dim=16, head_norm=False)
     a, w = torch.randn(8, 32, device=DEVICE), torch.randn(40, 32, device=DEVICE)
     assert "whole heads" in eg.unsupported_reason(a, w, False, eg.Epilogue(head_dim=16))
 
@@ -735,6 +739,38 @@ def test_qk_norm_and_rope_in_the_projection_epilogue(family, train):
     qk = [s for s in regrouped_sites if "QK-norm + RoPE in the epilogue" in s.reason]
     assert len(qk) == 1, [s.line() for s in sites]
     assert not [s for s in sites if s.fusion == "qk_norm"], [s.line() for s in sites]  # no per-head norm left
+    if train:
+        grads = torch.autograd.grad(out.float().square().sum(), list(model.parameters()))
+        grads_eager = torch.autograd.grad(eager.float().square().sum(), list(model.parameters()))
+        grads_ref = torch.autograd.grad(ref.square().sum(), list(model64.parameters()))
+        for (name, _), g, ge, gr in zip(model.named_parameters(), grads, grads_eager, grads_ref):
+            assert rel(g, gr) < max(3 * rel(ge, gr), 1e-5), (name, rel(g, gr), rel(ge, gr))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_llama_rope_alone_in_the_projection_epilogue(train):
+    """An unmodified transformers Llama (no QK-norm): q and k leave their projections rotated (RoPE alone in the
+    consumer's epilogue, the stream's RMSNorm with it), v plain; outputs and, in training, every gradient as
+    eager's against float64 (RoPE's backward reads only cos and sin: no projection output is stored for it)."""
+    pytest.importorskip("transformers")
+    from norm_fusion_inductor import hf_models
+
+    torch.manual_seed(8)
+    model = hf_models.tiny_model("llama", hidden=64, layers=1).to(DEVICE).train(train)
+    inputs = {k: v.to(DEVICE) for k, v in hf_models.example_inputs(model, batch=2, seq=16).items()}
+    model64 = type(model)(model.config).to(DEVICE).double().train(train)
+    model64.load_state_dict(model.state_dict())
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        out = torch.compile(model, backend="norm_fusion", options=options)(**inputs).logits
+        eager = model(**inputs).logits
+        ref = model64(**inputs).logits
+    assert rel(out, ref) < max(3 * rel(eager, ref), 1e-5)
+    sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
+    rope = [s for s in sites if s.rewritten and "RoPE in the epilogue" in s.reason]
+    assert len(rope) == 1 and "QK-norm" not in rope[0].reason, [s.line() for s in nfi.reports()]
     if train:
         grads = torch.autograd.grad(out.float().square().sum(), list(model.parameters()))
         grads_eager = torch.autograd.grad(eager.float().square().sum(), list(model.parameters()))

@@ -13,7 +13,8 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``HEAD_DIM`` — a per-head RMSNorm of the projection's output (QK-norm: q and k of Qwen3-style attention), each
   head being HEAD_DIM consecutive columns (a BLOCK_N tile holds whole heads): z = z·rsqrt(mean_head(z²) + eps)·w[d];
   with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
-  (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m).
+  (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m). ``HEAD_NORM`` off: the rotary
+  embedding alone (a Llama-style q/k projection, no QK-norm).
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
@@ -87,14 +88,16 @@ def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, ROPE: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d]; with ROPE then z·cos + rotate_half(z)·sin."""
+def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.constexpr, ROPE: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
+    z·cos + rotate_half(z)·sin."""
     G: tl.constexpr = BLOCK_N // D
     z = tl.reshape(z, (BLOCK_M, G, D))
-    z = z * tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)[:, :, None]
     d = tl.arange(0, D)
-    z = z * tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
+    if HEAD_NORM:
+        z = z * tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)[:, :, None]
+        z = z * tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
     if ROPE:
         rows = offs_m[:, None] * D + d[None, :]
         inside = (offs_m < M)[:, None]
@@ -253,7 +256,8 @@ def epilogue_gemm_kernel(
     M, N, K, stride_am, stride_wn, stride_om, stride_rm, stride_xm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
-    HEAD_DIM: tl.constexpr,  # 0 none, else a per-head RMSNorm over each HEAD_DIM columns
+    HEAD_DIM: tl.constexpr,  # 0 none, else a per-head piece over each HEAD_DIM columns
+    HEAD_NORM: tl.constexpr,  # with HEAD_DIM: the per-head RMSNorm (off: the rotary embedding alone)
     HEAD_EPS_FROM_PTR: tl.constexpr,  # its eps read from head_eps_ptr (a graph tensor), not head_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
@@ -335,8 +339,8 @@ def epilogue_gemm_kernel(
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
             eps = tl.load(head_eps_ptr).to(tl.float32) if HEAD_EPS_FROM_PTR else head_eps
-            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, ROPE, BLOCK_M, BLOCK_N,
-                             HEAD_DIM)
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE, BLOCK_M,
+                             BLOCK_N, HEAD_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
             if RESIDUAL_NORM != 0:
@@ -383,6 +387,7 @@ class Epilogue:
     norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
     head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
     rope: bool = False  # the rotary embedding after the per-head norm
+    head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -407,6 +412,8 @@ class Epilogue:
             raise ValueError(f"epilogue head_dim: {head_dim_problem(self.head_dim)}")
         if self.rope and not self.head_dim:
             raise ValueError("the rotary embedding follows the per-head norm: rope needs head_dim")
+        if not self.head_norm and not (self.head_dim and self.rope):
+            raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
             raise ValueError("a per-head norm (QK-norm) takes no residual, statistics or activation after it")
 
@@ -538,10 +545,11 @@ class ResidualNorm:
 
 @dataclasses.dataclass(frozen=True)
 class HeadNorm:
-    """A per-head RMSNorm's weight [D] and eps (a number, or a one-element fp32 tensor on the kernel's device: a
-    graph input under dynamic shapes), and the rotary tables cos, sin [M, D] (rows by token) or None."""
+    """A per-head RMSNorm's weight [D] (None: no norm, the rotary embedding alone) and eps (a number, or a
+    one-element fp32 tensor on the kernel's device: a graph input under dynamic shapes), and the rotary tables
+    cos, sin [M, D] (rows by token) or None."""
 
-    weight: torch.Tensor
+    weight: torch.Tensor | None
     eps: float | torch.Tensor
     cos: torch.Tensor | None = None
     sin: torch.Tensor | None = None
@@ -585,7 +593,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         x.stride(0) if x is not None else 0)
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-        WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, ROPE=epilogue.rope,
+        WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
         HEAD_EPS_FROM_PTR=head_norm is not None and isinstance(head_norm.eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,

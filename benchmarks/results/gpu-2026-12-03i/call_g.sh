@@ -8,7 +8,7 @@ D=benchmarks/results/gpu-2026-12-03i
 F="Warning\|warnings.warn\|Online softmax\|split the reduction\|important use case\|softmax\.$"
 (TORCHINDUCTOR_CACHE_DIR=/tmp/ic_repro timeout 400 python $D/inductor_repro.py 2>&1 | grep -v "$F" > $OUT/inductor_repro.log) &
 timeout 300 python -m pytest tests/test_regrouped.py -v -p no:warnings --tb=short \
-   -k "slices_or_chunk or llama_rope_alone or per_head_norm_and_rope or per_head_norm_with_rope" 2>&1 \
+   -k "slices_or_chunk or qk_norm_and_rope_in_the_projection or per_head_norm_and_rope or per_head_norm_with_rope" 2>&1 \
    | grep -v "DEBUG" | tail -40 | cut -c1-300 > $OUT/tests.log
 grep "passed\|failed\|FAILED" $OUT/tests.log
 timeout 170 python tests/fuzz_models.py --cases 600 --workers 12 --seed 10 --time-limit 110 2>&1 | grep -v "$F" > $OUT/fuzz_models.log

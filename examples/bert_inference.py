@@ -6,7 +6,10 @@ the next residual add's producer GEMM on load) and the normalized tensor is not 
 policy fuses a site only where it measures faster; on the CPU the example forces every rewrite (reference ops).
 
     python examples/bert_inference.py          # CPU or GPU; needs transformers
+    python examples/bert_inference.py --batch 8 --seq 128
 """
+
+import argparse
 
 import torch
 
@@ -15,11 +18,15 @@ from norm_fusion_inductor import hf_models
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
     model = hf_models.tiny_model("bert", hidden=128, layers=2).to(device, dtype)
-    inputs = hf_models.example_inputs(model, batch=4, seq=64)
+    inputs = hf_models.example_inputs(model, batch=args.batch, seq=args.seq)
     policy = "auto" if device == "cuda" else "always"  # CPU: show the rewrite with the reference op
     result = norm_fusion_inductor.explain(model, example_kwargs=inputs, policy=policy)
     with torch.no_grad():

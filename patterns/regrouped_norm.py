@@ -522,10 +522,17 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads)
 
-        if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor folds
-            choice, sources, fold_note = choose(0), None, "W·γ folded once (Inductor's freezing)"  # W·γ once
-        else:
-            choice, sources, fold_note = choose_fold(choose, passes, sources, fold_note)
+        def pick(sources, fold_note):
+            if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor
+                return choose(0), None, "W·γ folded once (Inductor's freezing)"  # folds W·γ once
+            return choose_fold(choose, passes, sources, fold_note)
+
+        offered = sources, fold_note
+        choice, sources, fold_note = pick(*offered)
+        if not choice.fused and rw.head is not None and rw.head.weight is None:
+            # RoPE alone did not pay in this GEMM: the projection without it (RoPE stays Inductor's)
+            rw.head, aux = None, False
+            choice, sources, fold_note = pick(*offered)
         if not choice.fused:
             return choice.reason
         choices.append((rw, aux, choice, sources, fold_note))

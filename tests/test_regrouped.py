@@ -751,6 +751,35 @@ def test_qk_norm_and_rope_in_the_projection_epilogue(family, train):
             assert rel(g, gr) < max(3 * rel(ge, gr), 1e-5), (name, rel(g, gr), rel(ge, gr))
 
 
+def test_rope_alone_declined_leaves_the_projection_fused(monkeypatch):
+    """Where a q/k GEMM with RoPE alone does not pass its bound, the projection is still taken without it (RoPE
+    stays Inductor's), not the whole norm site left unfused."""
+    pytest.importorskip("transformers")
+    from norm_fusion_inductor import hf_models, selection
+    from norm_fusion_inductor.report import Implementation
+
+    real = selection.choose_epilogue_gemm
+
+    def declining_rope_alone(*args, head_dim=0, head_norm=True, **kwargs):
+        if head_dim and not head_norm:
+            return selection.Choice(False, Implementation.UNFUSED, "declined by the test")
+        return real(*args, head_dim=head_dim, head_norm=head_norm, **kwargs)
+
+    monkeypatch.setattr(selection, "choose_epilogue_gemm", declining_rope_alone)
+    torch.manual_seed(8)
+    model = hf_models.tiny_model("llama", hidden=64, layers=1).to(DEVICE).eval()
+    inputs = {k: v.to(DEVICE) for k, v in hf_models.example_inputs(model, batch=2, seq=16).items()}
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=options)(**inputs).logits
+        assert rel(out, model(**inputs).logits) < 1e-5
+    sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
+    assert len(sites) == 3 and all(s.rewritten for s in sites), [s.line() for s in nfi.reports()]
+    assert not [s for s in sites if "RoPE" in s.reason], [s.line() for s in sites]
+
+
 def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
     """Qwen3 in inference as generation runs it: a prefill with left padding (an attention mask), then one decode
     step reading the KV cache the prefill filled. Both graphs take the QK-norm + RoPE into the q/k projection's

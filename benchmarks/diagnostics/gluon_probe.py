@@ -159,7 +159,7 @@ def timing_ln(json_path, configs, shapes, own_block=False):
         fns = {"cublas": lambda: F.linear(normed, w, bias),
                "prepare_rms": lambda: tri._fold(w, g),
                "prepare_ln": lambda: (tri._fold_bias(w, b, bias), tri._fold(w, g).sum(1, dtype=torch.float32)),
-               "row_stats_ln": lambda: tri._row_stats(x, rstd, mean, EPS)}
+               "row_stats_ln": lambda: tri.row_stats(x, rstd, mean, EPS)}
         for label, cfg in configs:
             if glu.unsupported_reason(x.dtype, x.device, K, cfg, "in_loop", True):
                 continue

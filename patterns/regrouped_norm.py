@@ -238,10 +238,14 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     head = HeadNorm(view, weight, eps, match.output_node(),
                     frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
     _with_rope(head)
+    return head if _read_only_inside(head, backward) else None
+
+
+def _read_only_inside(head: HeadNorm, backward) -> bool:
+    """Whether the nodes before ``head.output`` are read only by each other or by the ``backward`` nodes (else the
+    projection's output would still be needed)."""
     inner = head.nodes - {head.output}
-    if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
-        return None
-    return head
+    return not any(u not in head.nodes and u not in backward for node in inner for u in node.users)
 
 
 def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
@@ -254,10 +258,7 @@ def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
     _with_rope(head)
     if head.cos is None:
         return None
-    inner = head.nodes - {head.output}
-    if any(u not in head.nodes and u not in backward for node in inner for u in node.users):
-        return None
-    return head
+    return head if _read_only_inside(head, backward) else None
 
 
 def _same_size(a, b) -> bool:

@@ -59,8 +59,8 @@ def unsupported_shape_reason(dtype: torch.dtype, K: int, N: int, device: torch.d
     if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
         return "tensor descriptors need sm_90 or newer"
     if center and device.type == "cuda" and dtype == torch.float32:
-        # the pre-pass loses accuracy at |mean| >> std in fp32 (module doc); the in-loop plan, which does not,
-        # has not run in fp32 on the GPU
+        # the pre-pass loses accuracy at |mean| >> std in fp32 (norm_gemm's module doc); the in-loop plan, which
+        # does not, has not run in fp32 on the GPU
         return "fp32 LayerNorm has no GPU kernel plan within the unfused path's error"
     elem = torch.empty((), dtype=dtype).element_size()
     if (K * elem) % 16 or (N * elem) % 16:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -17,6 +17,8 @@ from .config import NormFusionConfig
 class Explanation:
     sites: list  # report.SiteRecord, in graph order of discovery
     compile_s: float = 0.0  # wall time of the first call: compilation (pass and measurements included) + one run
+    # the compiled model these sites came from: call it again (same grad mode and input shapes) without recompiling
+    compiled: Optional[Callable] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def rewritten(self) -> list:
@@ -48,11 +50,11 @@ def explain(model, *example_inputs, example_kwargs: Optional[dict] = None, train
     """Compile ``model`` (a module or function) with the ``norm_fusion`` backend, run it once on the example
     inputs (``model(*example_inputs, **example_kwargs)``; with gradients when ``train``: the training graph is
     matched, not the inference one), and return the sites. Caches are bypassed so the pass really runs; the
-    model's own state is not changed."""
+    model's own state is not changed. The result's ``compiled`` is the compiled model itself, ready to call again."""
     cfg = NormFusionConfig.from_any(config if config is not None else (config_kwargs or None))
     first = len(report.reports())
     compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": cfg})
     start = time.perf_counter()
     with torch._inductor.config.patch(force_disable_caches=True), torch.set_grad_enabled(train):
         compiled(*example_inputs, **(example_kwargs or {}))
-    return Explanation(report.reports()[first:], compile_s=time.perf_counter() - start)
+    return Explanation(report.reports()[first:], compile_s=time.perf_counter() - start, compiled=compiled)

@@ -27,7 +27,7 @@ def _model(family: str):
     from norm_fusion_inductor import hf_models
 
     torch.manual_seed(0)
-    return hf_models.tiny_model(family, hidden=64, layers=2, vocab_size=128)
+    return hf_models.tiny_model(family, hidden=64, layers=1, vocab_size=128)
 
 
 def _batch(rank: int, step: int) -> torch.Tensor:

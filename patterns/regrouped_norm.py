@@ -530,12 +530,13 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
 
         offered = sources, fold_note
         choice, sources, fold_note = pick(*offered)
+        with_rope = None
         if not choice.fused and rw.head is not None and rw.head.weight is None:
             # RoPE alone did not pay in this GEMM: the projection without it (RoPE stays Inductor's)
-            rw.head, aux = None, False
+            rw.head, aux, with_rope = None, False, choice.reason
             choice, sources, fold_note = pick(*offered)
         if not choice.fused:
-            return choice.reason
+            return choice.reason + (f"; with RoPE in the epilogue: {with_rope}" if with_rope else "")
         choices.append((rw, aux, choice, sources, fold_note))
     graph = x.graph
     try:

@@ -28,10 +28,11 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 
 # --- configuration errors name the option ----------------------------------------------------------------------
 
-def test_every_family_is_on_by_default_and_can_be_chosen():
-    """Regrouped normalization first (it is offered every pre-norm site first), then the older families;
-    KNOWN_FUSIONS, the name from when it was opt-in, is the same tuple. The default margin is 1.05."""
-    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == nfi.KNOWN_FUSIONS == (
+def test_default_families_and_every_family_can_be_chosen():
+    """Regrouped normalization first (it is offered every pre-norm site first), then the older families; the
+    pre-norm in-loop prologues are opt-in (KNOWN_FUSIONS has them). The default margin is 1.05."""
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("regrouped_norm", "matmul_norm", "norm_attention")
+    assert nfi.KNOWN_FUSIONS == (
         "regrouped_norm", "rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")
     assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
     assert nfi.NormFusionConfig(fusions=OLDER_FUSIONS).fusions == OLDER_FUSIONS

@@ -257,8 +257,7 @@ def test_log_graph_prints_rewritten_graph(caplog):
 
 class TwoNorms(nn.Module):
     """One site that fuses (regrouped, by default) and one that cannot (its normalized tensor is also part of the
-    output): the regrouped family declines it, the prologue LayerNorm family too, for the same reason, which its
-    record gives once."""
+    output): the regrouped family declines it and its record says why."""
 
     def __init__(self):
         super().__init__()
@@ -276,7 +275,7 @@ def test_explain_reports_every_site_as_data_and_table():
     for train in (False, True):
         result = nfi.explain(model, x, train=train, policy="always", fusions=nfi.FUSIONS)
         assert [(s.fusion, s.rewritten) for s in result.sites] == [("regrouped_norm", True),
-                                                                   ("layer_norm_matmul", False)]
+                                                                   ("regrouped_norm", False)]
         reason = result.not_rewritten[0].reason
         assert reason == "the normalized tensor is also used by aten.cat.default, so it would still be written", reason
         text = str(result)

@@ -8,7 +8,7 @@ FAMILIES = {  # the joint-graph stage (aten IR)
     rms_norm_matmul.FUSION: rms_norm_matmul,
     layer_norm_matmul.FUSION: layer_norm_matmul,
     matmul_norm.FUSION: matmul_norm,
-    # the pre-norm families above hand their sites to the regrouped rewrite first (common.rewrite_norm_site);
+    # the pre-norm families above hand their sites to the regrouped rewrite first (pre_norm.rewrite_pre_norm_site);
     # this runs last and links each rewritten norm to the GEMM that produced its stream
     regrouped_norm.FUSION: regrouped_norm,
 }

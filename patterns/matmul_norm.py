@@ -21,9 +21,9 @@ from torch.fx import Node
 
 from norm_fusion_inductor import ops  # noqa: F401  (registers torch.ops.norm_fusion)
 
-from . import layer_norm_matmul, rms_norm_matmul
 from .common import (VIEW_OPS, NormFamily, NormSpec, _eps, _implementation, _norm_rejection, _stat_readers, aten,
                      as_matmul_consumer, insert_call, insert_fused, size_hint)
+from .norm_forms import LN_FORMS, RMS_FORMS
 
 FUSION = "matmul_norm"
 SIZE_QUERIES = (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default)
@@ -175,8 +175,8 @@ SPECS = {
     for norm, stats in (("rms", {aten.rsqrt.default: 3}), ("ln", {("var_mean", 1): 2, aten.rsqrt.default: 3}))
 }
 FAMILIES = [
-    NormFamily(SPECS["rms"], {f"rms/{k}": v for k, v in rms_norm_matmul.FORMS.items()}, rewrite_post_norm_site),
-    NormFamily(SPECS["ln"], {f"ln/{k}": v for k, v in layer_norm_matmul.FORMS.items()}, rewrite_post_norm_site),
+    NormFamily(SPECS["rms"], {f"rms/{k}": v for k, v in RMS_FORMS.items()}, rewrite_post_norm_site),
+    NormFamily(SPECS["ln"], {f"ln/{k}": v for k, v in LN_FORMS.items()}, rewrite_post_norm_site),
 ]
 
 

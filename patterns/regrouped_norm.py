@@ -1,8 +1,8 @@
 """Regrouped normalization (docs/design.md §4): the norm's work moves into the epilogues of the GEMMs around it.
 
-* **Consumers.** Every matmul that reads a matched RMSNorm / LayerNorm output (the pre-norm families' matches,
-  ``common.rewrite_norm_site``) is rewritten to read the norm's *input* with γ folded into its weight; its epilogue
-  applies rstd (and LayerNorm's mean correction through the column sums u of the folded weight), the bias
+* **Consumers.** Every matmul that reads a matched RMSNorm / LayerNorm output (the pre-norm families'
+  matches, ``pre_norm.rewrite_pre_norm_site``) is rewritten to read the norm's *input* with γ folded into its
+  weight; its epilogue applies rstd (and LayerNorm's mean correction through the column sums u of the folded weight), the bias
   (v = Wβ + b for LayerNorm) and the activation that follows the matmul — GELU (erf or tanh), SiLU, ReLU, or a
   gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
   normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
@@ -45,8 +45,9 @@ from torch.fx import Graph, Node
 from norm_fusion_inductor import regrouped  # registers torch.ops.norm_fusion.epilogue_gemm
 from norm_fusion_inductor.report import Implementation
 
-from .common import (TRACE_DTYPES, VIEW_OPS, also_read_reason, aten, as_matmul_consumer, backward_reads_normed,
-                     is_row_mean, size_hint)
+from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
+                     backward_reads_normed, is_row_mean, size_hint, traced_norm_forms)
+from .norm_forms import RMS_FORMS
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -194,10 +195,7 @@ class HeadNorm:
 @functools.lru_cache(maxsize=None)
 def _head_norm_patterns() -> list:
     """The RMSNorm forms of the pre-norm family that have a weight, traced as the family traces them."""
-    from . import rms_norm_matmul
-    from .common import traced_norm_forms
-
-    weighted = {form: spec for form, spec in rms_norm_matmul.FORMS.items() if spec[1]}
+    weighted = {form: spec for form, spec in RMS_FORMS.items() if spec[1]}
     return [pattern for _, pattern in traced_norm_forms(weighted)]
 
 
@@ -205,8 +203,6 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n), with
     the rotate-half RoPE after its transpose where the model applies one; None otherwise, or where any node in
     between is read elsewhere than by the ``backward`` nodes (the output would still be needed)."""
-    from .common import _eps
-
     views = [u for u in pre.users if u.target in VIEW_OPS]
     if len(pre.users) != 1 or len(views) != 1:
         return None

@@ -1,0 +1,104 @@
+"""The forms in which model code writes RMSNorm and LayerNorm: eager functions that the pattern families trace into
+patterns (``common.traced_norm_forms``). Shared by the pre-norm families, the post-norm family and the per-head
+QK-norm search, so each form is written once."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# --- the forms of RMSNorm (eager code, traced into patterns) ----------------------------------------------------
+
+def hf_llama(x, weight, eps):
+    """transformers' LlamaRMSNorm (also Mistral, Qwen2, Gemma-style without the +1): upcast, then weight after
+    the downcast."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def hf_llama_no_weight(x, eps):
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return h.to(dtype)
+
+
+def t5(x, weight, eps):
+    """transformers' T5LayerNorm: statistics in fp32, the 16-bit input scaled directly."""
+    variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    h = x * torch.rsqrt(variance + eps)
+    return weight * h.to(weight.dtype)
+
+
+def gemma(x, weight, eps):
+    """transformers' GemmaRMSNorm: weight (there 1 + w, computed in the graph) applied in fp32, then the
+    downcast. Also any RMSNorm written ``(h * weight).type_as(x)``."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * weight).type_as(x)
+
+
+def olmo2(x, weight, eps):
+    """transformers' Olmo2RMSNorm: the weight applied before the downcast, in the input's dtype (so the product
+    is in fp32 for 16-bit models)."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * h).to(dtype)
+
+
+def torch_rms_norm(x, weight, eps):
+    """F.rms_norm / nn.RMSNorm."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def torch_rms_norm_no_weight(x, eps):
+    return F.rms_norm(x, (x.shape[-1],), None, eps)
+
+
+# name: (search function, dtype of each parameter after x in the trace: "input" = the input's, or a dtype)
+RMS_FORMS = {
+    "hf_llama": (hf_llama, ("input",)),
+    "hf_llama_no_weight": (hf_llama_no_weight, ()),
+    "t5": (t5, ("input",)),
+    "gemma": (gemma, (torch.float32,)),
+    "olmo2": (olmo2, ("input",)),
+    "torch_rms_norm": (torch_rms_norm, ("input",)),
+    "torch_rms_norm_no_weight": (torch_rms_norm_no_weight, ()),
+}
+
+
+# --- the forms of LayerNorm -----------------------------------------------------------------------------------
+
+def affine(x, weight, bias, eps):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def weight_only(x, weight, eps):
+    """nn.LayerNorm(bias=False)."""
+    return F.layer_norm(x, (x.shape[-1],), weight, None, eps)
+
+
+def no_affine(x, eps):
+    return F.layer_norm(x, (x.shape[-1],), None, None, eps)
+
+
+def two_pass(x, weight, eps):
+    """transformers' CohereLayerNorm (Command-R): the mean, then the variance of the centred values, in fp32;
+    the weight (no bias) applied in fp32 before the downcast."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    mean = h.mean(-1, keepdim=True)
+    variance = (h - mean).pow(2).mean(-1, keepdim=True)
+    h = (h - mean) * torch.rsqrt(variance + eps)
+    return (weight.to(torch.float32) * h).to(dtype)
+
+
+LN_FORMS = {
+    "layer_norm": (affine, ("input", "input")),
+    "layer_norm_no_bias": (weight_only, ("input",)),
+    "layer_norm_no_affine": (no_affine, ()),
+    "two_pass": (two_pass, ("input",)),
+}

@@ -2,9 +2,9 @@
 
 * **Consumers.** Every matmul that reads a matched RMSNorm / LayerNorm output (the pre-norm families'
   matches, ``pre_norm.rewrite_pre_norm_site``) is rewritten to read the norm's *input* with γ folded into its
-  weight; its epilogue applies rstd (and LayerNorm's mean correction through the column sums u of the folded weight), the bias
-  (v = Wβ + b for LayerNorm) and the activation that follows the matmul — GELU (erf or tanh), SiLU, ReLU, or a
-  gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
+  weight; its epilogue applies rstd (and LayerNorm's mean correction through the column sums u of the folded
+  weight), the bias (v = Wβ + b for LayerNorm) and the activation that follows the matmul — GELU (erf or tanh),
+  SiLU, ReLU, or a gated ``act(gate) · up`` of two consumers of the same norm (SwiGLU) — before its single write. The
   normalized tensor and the matmul's raw output are never written; in training the pre-activation is written
   once more (``aux``) because the backward reads it.
 * **QK-norm** (Qwen3- and Gemma3-style attention): a consumer whose output is viewed per head

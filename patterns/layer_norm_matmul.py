@@ -19,11 +19,8 @@ from .pre_norm import rewrite_pre_norm_site
 
 FUSION = "layer_norm_matmul"
 
-
-FORMS = LN_FORMS
-
 SPEC = NormSpec(FUSION, "ln", torch.ops.norm_fusion.layer_norm_linear.default,
                 torch.ops.norm_fusion.layer_norm_linear_tensor_eps.default,
                 stats={("var_mean", 1): 1, "mean": 1, aten.rsqrt.default: 2})
-FAMILY = NormFamily(SPEC, FORMS, rewrite_pre_norm_site)
+FAMILY = NormFamily(SPEC, LN_FORMS, rewrite_pre_norm_site)
 apply = FAMILY.apply

@@ -18,10 +18,7 @@ from .pre_norm import rewrite_pre_norm_site
 
 FUSION = "rms_norm_matmul"
 
-
-FORMS = RMS_FORMS
-
 SPEC = NormSpec(FUSION, "rms", torch.ops.norm_fusion.rms_norm_linear.default,
                 torch.ops.norm_fusion.rms_norm_linear_tensor_eps.default, stats={aten.rsqrt.default: 1})
-FAMILY = NormFamily(SPEC, FORMS, rewrite_pre_norm_site)
+FAMILY = NormFamily(SPEC, RMS_FORMS, rewrite_pre_norm_site)
 apply = FAMILY.apply

@@ -12,6 +12,7 @@ the residual) that the fusion removes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import statistics
@@ -21,13 +22,64 @@ import time
 import torch
 import torch.nn.functional as F
 
-from prenorm import add_timings, parse_shapes, part_of, rel_err, sweep_arguments
-
 # the fused epilogue holds whole rows (N ≤ 256); wider post-norms are the regrouped rewrite's (blocks.py)
 SWEEP = [(m, k, n) for m in (65536, 262144) for k in (256, 512, 1024, 2048) for n in (128, 256)]
 LARGE = [(16384, 4096, 256)]
 EPS = 1e-5
 NORM = "ln"  # set by --norm
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def bench_round_robin(fns: dict, rounds: int = 2, cudagraph: bool = False) -> dict:
+    """Median of per-round medians (norm_fusion_inductor.timing: interleaved, the order reversed every other
+    round). cudagraph=True times graph replays: GPU time without the host's share (compiled callables are
+    host-bound below ~0.15 ms of GPU time)."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    from norm_fusion_inductor.timing import interleaved_medians
+
+    if cudagraph:
+        return interleaved_medians(fns, rounds, lambda fn: do_bench_cudagraph(fn, rep=30, return_mode="median"))
+    return interleaved_medians(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=30, return_mode="median"))
+
+
+def add_timings(row: dict, fns: dict, cudagraph: bool) -> None:
+    """Time ``fns`` side by side into row["t_<name>"], then each fused implementation's hidden fraction of the
+    norm, (t_norm + t_mm − t) / t_norm, and its ratio to the best baseline (default or max-autotune)."""
+    row.update({f"t_{k}": v for k, v in bench_round_robin(fns, cudagraph=cudagraph).items()})
+    best_baseline = min(row["t_default"], row.get("t_max_autotune", float("inf")))
+    for impl in ("fused_kernel", "plugin", "plugin_fused"):
+        t = row[f"t_{impl}"]
+        row[f"hidden_{impl}"] = (row["t_norm"] + row["t_mm"] - t) / row["t_norm"]
+        row[f"ratio_{impl}"] = t / best_baseline
+
+
+def sweep_arguments(doc: str, default_norm: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="*", help="MxKxN ...")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--norm", choices=["rms", "ln"], default=default_norm)
+    p.add_argument("--no-max-autotune", action="store_true")
+    p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (GPU time only)")
+    p.add_argument("--json")
+    p.add_argument("--no-compiled-check", dest="compiled_check", action="store_false",
+                   help="the plugin (policy auto) without compiled_check: near misses decided by the lower bound")
+    p.add_argument("--part", default="1/1", help="i/n: the i-th of n slices of the shapes (to fit a device call)")
+    return p
+
+
+def part_of(shapes: list, part: str) -> list:
+    """--part i/n: every n-th shape from the i-th, so that each slice mixes small and large ones."""
+    i, n = (int(v) for v in part.split("/"))
+    return shapes[i - 1::n]
+
+
+def parse_shapes(shapes: list[str] | None) -> list[tuple] | None:
+    return [tuple(int(v) for v in s.split("x")) for s in shapes] if shapes else None
 
 
 def norm(z, g, beta):
@@ -42,7 +94,7 @@ def block(x, w, b, r, g, beta):
 
 def run_shape(M, K, N, dtype, args) -> dict:
     import norm_fusion_inductor as nfi
-    from norm_fusion_inductor.kernels import norm_gemm as kern
+    from norm_fusion_inductor.kernels import epilogue_gemm as eg
     from norm_fusion_inductor.timing import sm_copy
 
     torch._dynamo.reset()
@@ -77,13 +129,18 @@ def run_shape(M, K, N, dtype, args) -> dict:
                             options={"norm_fusion": {"policy": "always"}})
     row["plugin_fused_impl"] = [s.implementation for s in nfi.reports() if s.rewritten]
     # the control: the default compiled once more (another code object); Inductor's per-compile choices move
-    # its time by several % (prenorm.py has the same column)
+    # its time by several %
     default_again = compiled("default_again", lambda *t: block(*t), *inputs)
-    plan = kern.post_tuned_plan(x, w, b, r, g, beta, EPS, layer_norm=NORM == "ln")
+
+    def fused_with(config=None):
+        return eg.post_norm_gemm(x, w, b, r, g, beta, EPS, layer_norm=NORM == "ln", config=config)[0]
+
+    fused_with()  # tunes the block config
+    plan = eg.tuned_for(M, N, K, dtype, False, eg.post_norm_epilogue(NORM == "ln", True, True, False, False))
     row["plan"] = plan
 
-    def fused(plan=plan):
-        return kern.matmul_norm(x, w, b, r, g, beta, EPS, layer_norm=NORM == "ln", plan=plan)[0]
+    def fused():
+        return fused_with(plan)
 
     y = torch.empty_like(z)
     fns = {
@@ -139,7 +196,7 @@ def main() -> None:
         print(f"| {M}×{K}×{N} | " + " | ".join(cells) +
               f" | {100 * row['hidden_plugin']:.0f} | {100 * row['hidden_fused_kernel']:.0f} | "
               f"{row['ratio_plugin']:.3f} | {'yes' if any(c[1] for c in row['plugin_choice']) else 'no'} | "
-              f"{row['plan'][0]} BN{row['plan'][1]['BLOCK_N']} | "
+              f"{row['plan']['BLOCK_M']}x{row['plan']['BLOCK_N']}x{row['plan']['BLOCK_K']} | "
               f"{max(row['err_plugin'], row['err_plugin_fused'], row['err_fused']):.1e} |", flush=True)
     if rows:
         for impl in ("plugin", "plugin_fused", "fused_kernel"):

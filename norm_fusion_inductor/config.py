@@ -10,13 +10,18 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-# Every family there is. Regrouped normalization (the norm in the epilogues of the GEMMs around it) is offered each
-# pre-norm site first; the older families get the sites it declines.
-KNOWN_FUSIONS = ("regrouped_norm", "rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")
-# The defaults: all but the pre-norm in-loop prologues (rms_norm_matmul, layer_norm_matmul), opt-in since they took
-# no site at policy auto on the H200 blocks and pairs and cost compile time (docs/decisions.md#configfusions).
-FUSIONS = ("regrouped_norm", "matmul_norm", "norm_attention")
-OLDER_FUSIONS = tuple(f for f in KNOWN_FUSIONS if f != "regrouped_norm")  # the prologue/epilogue families alone
+# Every family there is, all on by default. Regrouped normalization takes the pre-norm sites (the norm in the
+# epilogues of the GEMMs around it); the post-norm family (matmul_norm) the norms after a matmul it leaves.
+KNOWN_FUSIONS = ("regrouped_norm", "matmul_norm", "norm_attention")
+FUSIONS = KNOWN_FUSIONS
+# Fusions of earlier releases, with what replaced them: named in the error a config that still asks for them gets.
+REMOVED_FUSIONS = {
+    "rms_norm_matmul": "the pre-norm k-loop prologue was removed (it took no site at policy auto on the H200; "
+                       "docs/decisions.md#configfusions); 'regrouped_norm' fuses RMSNorm into the GEMMs around it",
+    "layer_norm_matmul": "the pre-norm k-loop prologue was removed (it took no site at policy auto on the H200; "
+                         "docs/decisions.md#configfusions); 'regrouped_norm' fuses LayerNorm into the GEMMs around "
+                         "it",
+}
 POLICIES = ("auto", "always", "never")
 GEMM_BACKENDS = ("triton", "quack")
 LAUNCHES = ("direct", "op")
@@ -32,7 +37,7 @@ class NormFusionConfig:
     #: with policy "auto", the fused kernel must beat the unfused lower bound by this factor. The bound (cuBLAS plus
     #: a copy of the bytes fusing saves, timed on the SMs) sits close to torch.compile's time, so a small margin
     #: suffices; at 1.1 the regrouped rewrite declined most of the transformer-layer sites it takes at 1.05. The
-    #: older prologue families keep their calibrated 1.1 as a floor (selection.PROLOGUE_MIN_SPEEDUP), attention
+    #: post-norm keeps its calibrated 1.1 as a floor (selection.POST_NORM_MIN_SPEEDUP), attention
     #: sites 1.25; see docs/decisions.md#confignormfusionconfigmin_speedup
     min_speedup: float = 1.05
     #: with policy "auto", where the unfused alternative itself is compiled and timed side by side with the fused
@@ -41,22 +46,19 @@ class NormFusionConfig:
     #: kernels (a loss into the RMSNorm's forward and backward), which the opaque op cannot, so a block that wins
     #: alone can lose in its training step; see docs/decisions.md#confignormfusionconfigcompiled_min_speedup
     compiled_min_speedup: float = 1.15
-    #: with policy "auto", a matmul site the lower bound leaves undecided (the fused kernel faster than the bound
-    #: but not by min_speedup; for pre-norm LayerNorm, within selection.NEAR_MISS_LAYER_NORM of it) is compiled
-    #: both ways (torch.compile default, and this plugin fusing it) in a child process and timed side by side
-    #: (selection._compiled_check); fused if that wins by compiled_min_speedup. The bound counts the norm as a
-    #: copy (Inductor's LayerNorm is slower than that) and the eager LayerNorm entry runs its weight preparation
-    #: as separate kernels, so near misses can be real wins. Also asked where a Gluon plan wins with a host time
-    #: per call above selection.HOST_BOUND_RISK of its GPU time. Costs a child compile (20-60 s) per such site on
-    #: a cold cache (the choice is cached on disk). Off by default: on the transformer layers, where the regrouped
-    #: family takes the sites first, it declined every site it was asked about and took a large share of the first
-    #: compile; off, a near miss stays unfused and a host-bound-risk win is not taken. See
+    #: with policy "auto", a post-norm site the lower bound leaves undecided (the fused kernel faster than the
+    #: bound but not by min_speedup) is compiled both ways (torch.compile default, and this plugin fusing it) in a
+    #: child process and timed side by side (selection._compiled_check); fused if that wins by
+    #: compiled_min_speedup. The bound counts the norm as a copy (Inductor's norms are slower than that), so near
+    #: misses can be real wins. Costs a child compile (20-60 s) per such site on a cold cache (the choice is
+    #: cached on disk). Off by default: on the transformer layers it declined every site it was asked about and
+    #: took a large share of the first compile; off, a near miss stays unfused. See
     #: docs/decisions.md#confignormfusionconfigcompiled_check
     compiled_check: bool = False
     #: how a fused site runs: "direct": its Triton kernels are inserted into the graph and launched by
     #: Inductor's generated code; "op": through the opaque custom op (a Python call per step). Sites the direct
-    #: launch cannot take use the op either way: eps as a tensor; dynamic M for the older prologue families (the
-    #: regrouped GEMMs take one dynamic leading dim)
+    #: launch cannot take use the op either way: eps as a tensor; dynamic M for the post-norm (the regrouped
+    #: GEMMs take one dynamic leading dim)
     launch: str = "direct"
     #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
@@ -92,6 +94,8 @@ class NormFusionConfig:
         _check_type("fusions", self.fusions, (tuple, list, frozenset, set))
         object.__setattr__(self, "fusions", tuple(self.fusions))
         for name in self.fusions:
+            if name in REMOVED_FUSIONS:
+                raise ValueError(f"norm_fusion option 'fusions': {name!r} no longer exists: {REMOVED_FUSIONS[name]}")
             if name not in KNOWN_FUSIONS:
                 raise ValueError(f"norm_fusion option 'fusions': unknown fusion {name!r}; "
                                  f"known: {', '.join(KNOWN_FUSIONS)}")

@@ -16,7 +16,7 @@ The compiled alternative is the honest one, but torch.compile cannot run inside 
 
     python -m norm_fusion_inductor.measure_block '{"batch": 768, "q_len": 512, ...}'   # prints one JSON line
 
-Inputs: the site's fields (sites.AttentionSite or sites.MatmulSite) as JSON, dtype and device as strings,
+Inputs: the site's fields (sites.AttentionSite or sites.PostNormSite) as JSON, dtype and device as strings,
 the parent's TF32 setting (allow_tf32), max-autotune flag (max_autotune) and, for matmul sites, its choice cache
 (cache_dir) and launch option (launch). Output: fused_ms and compiled_ms, medians of three interleaved rounds of
 do_bench (forward, or forward + backward when "train"), the order reversed every other round. Exits non-zero when
@@ -86,9 +86,9 @@ def measure_attention(site: dict) -> dict:
 
 
 def matmul_block(site):
-    """What a model computes at a matmul site (sites.MatmulSite), unfused, as a function of the operands
-    sites.matmul_operands makes: pre-norm linear(norm(x)); post-norm norm(linear(x) + residual)
-    (+ residual_out), and z = linear(x) + residual as a second output when the site writes it. GPT-2's Conv1D
+    """What a model computes at a post-norm site (sites.PostNormSite), unfused, as a function of the operands
+    sites.post_norm_operands makes: norm(linear(x) + residual) (+ residual_out), and z = linear(x) + residual as
+    a second output when the site writes it. GPT-2's Conv1D
     (weight stored [K, N]) is addmm(b, x, W)."""
     ln = site.norm == "ln"
 
@@ -100,9 +100,6 @@ def matmul_block(site):
             return torch.addmm(b, x, w) if b is not None else x @ w
         return F.linear(x, w, b)
 
-    def pre(x, w, g, beta, b, residual, residual_out):
-        return linear(norm(x, g, beta), w, b)
-
     def post(x, w, g, beta, b, residual, residual_out):
         z = linear(x, w, b)
         if residual is not None:
@@ -112,36 +109,35 @@ def matmul_block(site):
             y = y + residual_out
         return (y, z) if site.write_z else y
 
-    return pre if site.position == "pre" else post
+    return post
 
 
 def matmul_site(fields: dict):
-    """The sites.MatmulSite the fields describe (dtype and device as strings, other keys ignored)."""
-    from .sites import MatmulSite
+    """The sites.PostNormSite the fields describe (dtype and device as strings, other keys ignored)."""
+    from .sites import PostNormSite
 
-    names = {f.name for f in dataclasses.fields(MatmulSite)} - {"dtype", "device"}
+    names = {f.name for f in dataclasses.fields(PostNormSite)} - {"dtype", "device"}
     dtype = getattr(torch, fields["dtype"].replace("torch.", ""))
-    return MatmulSite(**{k: v for k, v in fields.items() if k in names}, dtype=dtype,
+    return PostNormSite(**{k: v for k, v in fields.items() if k in names}, dtype=dtype,
                       device=torch.device(fields["device"]))
 
 
 def measure_matmul(fields: dict) -> dict:
     import norm_fusion_inductor as nfi
 
-    from .config import OLDER_FUSIONS
-    from .sites import matmul_operands
+    from .sites import post_norm_operands
 
     _setup(fields)
     site = matmul_site(fields)
-    t = matmul_operands(site)
+    t = post_norm_operands(site)
     args = tuple(t.get(k) for k in ("x", "w", "g", "beta", "b", "residual", "residual_out"))
     block = matmul_block(site)
     patches = {"max_autotune": True} if fields.get("max_autotune") else {}  # the asking compilation's mode
     compiled = torch.compile(block, dynamic=False, options=dict(patches) or None)
-    # the prologue/epilogue family the asking selection decides for, not the regrouped rewrite (offered first)
+    # the post-norm family the asking selection decides for alone
     fused = torch.compile(block, dynamic=False, backend="norm_fusion", options={**patches, "norm_fusion": {
         "policy": "always", "cache_dir": fields.get("cache_dir"), "launch": fields.get("launch", "direct"),
-        "fusions": OLDER_FUSIONS}})
+        "fusions": ("matmul_norm",)}})
     nfi.clear_reports()
     fused(*args)
     records = nfi.reports()

@@ -131,12 +131,9 @@ class NormFusionPass(CustomGraphPass):
             global _JOINT_RUN_COUNT
             _JOINT_RUN_COUNT += 1
         ctx = PassContext(graph, self.config, self.STAGE)
-        enabled = set(self.config.fusions)
-        if "regrouped_norm" in enabled:  # the pre-norm families' matchers find the regrouped rewrite's norms
-            enabled |= {"rms_norm_matmul", "layer_norm_matmul"}
-        for name, family in STAGES[self.STAGE].items():  # pre-norm families first: post-norm takes what is left
-            if name in enabled:
-                family.apply(graph, ctx)
+        for fusion, step in STAGES[self.STAGE]:  # pre-norm sites first: the post-norm takes what is left
+            if fusion in self.config.fusions:
+                step.apply(graph, ctx)
         if self.STAGE == "joint":
             from norm_fusion_inductor.patterns.common import report_leftover_norms
 

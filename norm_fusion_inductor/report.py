@@ -18,8 +18,7 @@ from typing import Optional
 log = logging.getLogger("norm_fusion_inductor")
 
 _HISTORY: list["SiteRecord"] = []
-KINDS = {"rms_norm_matmul": "pre-norm RMSNorm → matmul", "layer_norm_matmul": "pre-norm LayerNorm → matmul",
-         "matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
+KINDS = {"matmul_norm/rms": "post-norm matmul → RMSNorm", "matmul_norm/ln": "post-norm matmul → LayerNorm",
          "norm_attention": "LayerNorm → attention → RMSNorm", "qk_norm": "norm → attention (QK-norm)",
          "standalone": "norm, no fused neighbour", "regrouped_norm": "norm in the epilogues of the GEMMs around it"}
 _SHAPE_NAMES = {"norm_attention": "BxLqxLkxHxD"}
@@ -32,7 +31,7 @@ class Implementation(str, enum.Enum):
 
     __str__, __format__ = str.__str__, str.__format__
 
-    FUSED_TRITON = "fused_triton"  # the older prologue/epilogue families' Triton or Gluon kernel
+    FUSED_TRITON = "fused_triton"  # the post-norm's and the attention block's Triton kernels
     REGROUPED_TRITON = "regrouped_triton"  # the regrouped family's epilogue GEMM on Triton
     REGROUPED_QUACK = "regrouped_quack"  # ... on Quack (CuTe DSL)
     REFERENCE = "reference"  # the custom op's torch reference (policy "always" where no kernel can run it)
@@ -42,7 +41,7 @@ class Implementation(str, enum.Enum):
 @dataclasses.dataclass
 class SiteRecord:
     graph: int  # which compiled graph (a counter)
-    fusion: str  # e.g. "rms_norm_matmul"
+    fusion: str  # e.g. "regrouped_norm"
     pattern: str  # which form of the norm matched, e.g. "hf_llama/bf16"
     node: str  # FX node name of the normalized output
     rewritten: bool

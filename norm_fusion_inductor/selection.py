@@ -22,15 +22,15 @@ import hashlib
 import json
 import os
 import pathlib
-import statistics
 from typing import NamedTuple, Optional
 
 import torch
 
 from .config import GEMM_BACKENDS, NormFusionConfig
-from .kernels import norm_attention, norm_gemm, norm_gemm_gluon, row_norm, tuning
+from .kernels import epilogue_gemm, norm_attention, tuning
+from .kernels.common import m_bucket
 from .report import Implementation
-from .sites import AttentionSite, EpilogueSite, MatmulSite, matmul_operands
+from .sites import AttentionSite, EpilogueSite, PostNormSite, post_norm_operands
 from .timing import graph_ms, host_ms, interleaved_medians, sm_copy
 
 
@@ -39,33 +39,23 @@ class Choice:
     fused: bool
     implementation: Implementation
     reason: str
-    # the kernel plan measured fastest, for direct launch: (prologue, block config) of the older fusions, the
-    # Triton block config (a dict) of a regrouped GEMM
-    plan: Optional[tuple | dict] = None
+    plan: Optional[dict] = None  # the Triton block config measured fastest, for direct launch
     measured: bool = False  # decided by a measurement (not by the policy or the operands alone)
 
 
 _MEMORY: dict = {}
 # part of every cache key: a change to how the times are measured must not reuse times measured the old way
-MEASUREMENT = "copy-kernel+gluon-host-through-op+mm-without-bias+attention-host"
-# with compiled_check, a pre-norm LayerNorm site whose fused kernel is within this factor of the unfused lower bound
-# (and does not beat it by min_speedup) is decided by compiling both graphs; other sites only where the kernel
-# beats the bound. The eager LayerNorm entry runs its weight preparation (W·γ, the GEMVs) as separate kernels that
-# Inductor fuses, so it reads slow and sites that miss their bound can win compiled. RMSNorm and post-norm sites
-# have no such gap; for them a wider window only cost child compiles. See
-# docs/decisions.md#selectionnear_miss_layer_norm
-NEAR_MISS_LAYER_NORM = 1.25
-# with compiled_check, a site won by a Gluon plan whose host time per call (measured for the eager entry through
-# the launch op) exceeds this fraction of its GPU time is confirmed by the compiled graphs too: near that point
-# the estimate missed what the compiled graph's call costs, and such sites ran slower than the default compiled.
-# See docs/decisions.md#selectionhost_bound_risk
-HOST_BOUND_RISK = 0.5
+MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-gemm"
+# The post-norm's bound (cuBLAS + copies of the matmul's output) keeps the margin it was calibrated with: below
+# it, sites it favoured ran slower fused (docs/decisions.md#selectionprologue_min_speedup). The regrouped
+# rewrite's bound (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
+POST_NORM_MIN_SPEEDUP = 1.1
 # bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
 PEAK_COPY_BYTES_PER_MS = 4.0e9
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel_source_hash(module=norm_gemm) -> str:
+def _kernel_source_hash(module) -> str:
     return hashlib.sha256(pathlib.Path(module.__file__).read_bytes()).hexdigest()[:16]
 
 
@@ -76,26 +66,25 @@ def _cache_file(config: NormFusionConfig) -> pathlib.Path:
 def _key(site) -> str:
     import triton
 
-    if isinstance(site, AttentionSite):
-        from . import attention_ops, measure_block
+    from . import measure_block  # the child process that times the compiled block
 
-        # the child process times the op and the compiled block too
+    if isinstance(site, AttentionSite):
+        from . import attention_ops
+
         sources = "".join(_kernel_source_hash(m) for m in (norm_attention, attention_ops, measure_block))
         return "|".join(str(v) for v in (torch.cuda.get_device_name(site.device), torch.__version__,
                                           triton.__version__, sources, MEASUREMENT,
                                           type(site).__name__, *dataclasses.astuple(site)))
 
     name = torch.cuda.get_device_name(site.device) if site.device.type == "cuda" else site.device.type
-    from . import measure_block  # the child process that times near misses (_compiled_check)
-
-    sources = "".join(_kernel_source_hash(m) for m in (norm_gemm, row_norm, norm_gemm_gluon, measure_block))
-    return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, sources,
-                                      MEASUREMENT, norm_gemm._bucket(site.M), site.K, site.N, site.dtype, site.norm,
-                                      site.has_norm_weight, site.has_norm_bias, site.has_bias, site.weight_kn,
-                                      site.position, site.has_residual, site.write_z, site.has_residual_out))
+    sources = "".join(_kernel_source_hash(m) for m in (epilogue_gemm, measure_block))
+    return "|".join(str(v) for v in (name, torch.__version__, triton.__version__, sources, repr(tuning.current()),
+                                      MEASUREMENT, m_bucket(site.M), *dataclasses.astuple(site)[1:]))
 
 
-def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
+def choose(site: PostNormSite, config: NormFusionConfig) -> Choice:
+    """Whether the post-norm site runs as one GEMM with the norm in its epilogue (policy auto: measured
+    against the unfused lower bound, ``_measured_choice``)."""
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if site.device.type != "cuda":
@@ -112,35 +101,29 @@ def choose(site: MatmulSite, config: NormFusionConfig) -> Choice:
     if config.policy == "always":
         try:
             plan = _cached(site, config, "plan", _tune)["plan"]
-        except Exception as e:  # no plan tuned: the op tunes at run time
+        except Exception as e:  # no config tuned: the op tunes at run time
             return Choice(True, Implementation.FUSED_TRITON, f"policy=always (tuning failed: {type(e).__name__}: {e})")
-        return Choice(True, Implementation.FUSED_TRITON, f"policy=always; plan {_plan_name(plan)}", plan)
-    if site.position == "pre" and site.backward_reads_norm:
-        # the bound is cuBLAS alone: a clear loss, decided without tuning and timing the kernel (seconds of the
-        # first compile per site; every such training site measured on the H200 ran 1.0–1.7x cuBLAS's time)
-        return Choice(False, Implementation.UNFUSED,
-                      f"nothing to save in training (the backward reads the normalized tensor, "
-                      f"so it is written either way): the fused GEMM would have to run "
-                      f"{max(config.min_speedup, PROLOGUE_MIN_SPEEDUP)}x faster than cuBLAS "
-                      f"alone, which no mainloop of this project does; not measured")
+        return Choice(True, Implementation.FUSED_TRITON, f"policy=always; config {_plan_name(plan)}", plan)
     return _measured_choice(site, config)
 
 
-def _static_reason(site: MatmulSite) -> Optional[str]:
-    if site.position == "post":
-        return row_norm.post_norm_unsupported_reason(site.dtype, site.K, site.N, site.M, site.device)
-    return row_norm.unsupported_shape_reason(site.dtype, site.K, site.N, site.device, site.norm == "ln")
+def _static_reason(site: PostNormSite) -> Optional[str]:
+    """What the kernel cannot take whatever the tensors' layout (the op checks the tensors at run time)."""
+    if site.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {site.dtype} not supported"
+    if site.device.type == "cuda" and torch.cuda.get_device_capability(site.device)[0] < 9:
+        return "tensor descriptors (TMA) need sm_90 or newer"
+    elem = torch.empty((), dtype=site.dtype).element_size()
+    if (site.K * elem) % 16 or (site.N * elem) % 16:
+        return f"K={site.K} or N={site.N} rows are not 16-byte aligned (TMA)"
+    return epilogue_gemm.post_norm_problem(site.M, site.N)
 
 
-def _cached(site: MatmulSite, config: NormFusionConfig, kind: str, measure) -> dict:
-    """``measure(site)`` (GPU timings, a tuned plan), once per site key: from memory, the disk cache, or measured
-    now (and stored). A plan is stored as [kernel, config] in JSON and returned as a ``norm_gemm.Plan``."""
+def _cached(site, config: NormFusionConfig, kind: str, measure) -> dict:
+    """``measure(site)`` (GPU timings, a tuned config), once per site key: from memory, the disk cache, or measured
+    now (and stored)."""
     key = _key(site) + ("" if kind == "times" else "|" + kind)
-    entry = dict(_disk_cached(key, config, lambda: measure(site)))
-    for name in ("plan", "direct_plan"):
-        if entry.get(name) is not None:
-            entry[name] = norm_gemm.Plan.of(entry[name])
-    return entry
+    return _disk_cached(key, config, lambda: measure(site))
 
 
 def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
@@ -156,7 +139,7 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             value = measure()
             if torch.cuda.is_initialized():  # the measurement's operands (GBs at the block shapes) go back to
                 torch.cuda.empty_cache()  # the device, not to the caching allocator the model then runs in
-        try:  # what other processes stored meanwhile (a child process's tuned plan, _compiled_check) is kept
+        try:  # what other processes stored meanwhile (a child process's tuned config, _compiled_check) is kept
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
@@ -172,43 +155,35 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
     return _MEMORY[key]
 
 
-def _measured_choice(site: MatmulSite, config: NormFusionConfig) -> Choice:
+def _measured_choice(site: PostNormSite, config: NormFusionConfig) -> Choice:
     try:
         t = _cached(site, config, "times", _measure)
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
         return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
     if t.get("plan") is not None:  # what policy "always" (a compiled_check child) asks for: not tuned again there
-        _cached(site, config, "plan", lambda site: {"plan": list(t["plan"])})
-    # the norm kernel's bytes: its input read and output written (a copy), plus each residual read (post-norm)
+        _cached(site, config, "plan", lambda site: {"plan": t["plan"]})
+    # the norm kernel's bytes: its input read and output written (a copy), plus each residual read
     copies = 1 + 0.5 * (site.has_residual + site.has_residual_out)
     norm_ms = t["copy_ms"] * copies
-    fused_ms, plan, launch_note = _with_host_cost(t)
+    fused_ms, plan = t["fused_ms"], t.get("plan")
     unfused_ms = t["mm_ms"] + norm_ms
-    copied = "x" if site.position == "pre" else "the matmul's output" + (f" x {copies} (residuals)" if copies > 1
-                                                                          else "")
-    detail = (f"measured fused {fused_ms:.4f} ms{launch_note} vs unfused lower bound {unfused_ms:.4f} ms "
+    copied = "the matmul's output" + (f" x {copies} (residuals)" if copies > 1 else "")
+    detail = (f"measured fused {fused_ms:.4f} ms vs unfused lower bound {unfused_ms:.4f} ms "
               f"(cuBLAS {t['mm_ms']:.4f} + copy of {copied} {norm_ms:.4f}) at M={site.M}")
-    if fused_ms * max(config.min_speedup, PROLOGUE_MIN_SPEEDUP) >= unfused_ms:
-        near_miss = NEAR_MISS_LAYER_NORM if (site.position, site.norm) == ("pre", "ln") else 1.0
-        if config.compiled_check and fused_ms < unfused_ms * near_miss:  # the real unfused graph decides
+    if fused_ms * max(config.min_speedup, POST_NORM_MIN_SPEEDUP) >= unfused_ms:
+        if config.compiled_check and fused_ms < unfused_ms:  # the real unfused graph decides
             return _compiled_check(site, config, detail)
         return Choice(False, Implementation.UNFUSED, detail)
-    if _host_bound_risk(t, plan):  # the real fused graph decides, or the site stays unfused (never slower)
-        if config.compiled_check:
-            return _compiled_check(site, config, f"{detail}; its host time is close to its GPU time")
-        return Choice(False, Implementation.UNFUSED,
-                      f"{detail}; but its host time is close to its GPU time (compiled_check "
-                      f"off: the fused graph is not compiled to check it)")
     if config.launch == "op" and fused_ms < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
                                                      f"{config.min_kernel_ms} and the op's host cost would dominate")
-    return Choice(True, Implementation.FUSED_TRITON, f"{detail}; plan {_plan_name(plan)}", plan)
+    return Choice(True, Implementation.FUSED_TRITON, f"{detail}; config {_plan_name(plan)}", plan)
 
 
-def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> Choice:
+def _compiled_check(site: PostNormSite, config: NormFusionConfig, before: str) -> Choice:
     """A site whose fused kernel beats the unfused lower bound by less than min_speedup (NormFusionConfig
     .compiled_check): its subgraph compiled by torch.compile and by this plugin with policy "always", timed side
-    by side in a child process (measure_block.measure_matmul); fused, with the plan policy "always" takes, if
+    by side in a child process (measure_block.measure_matmul); fused, with the config policy "always" takes, if
     that graph wins by compiled_min_speedup. Timed alone the subgraph misses what Inductor fuses across its
     edges in a real model (a residual add into the norm), which the margin is for."""
     kind = "compiled-max-autotune" if torch._inductor.config.max_autotune else "compiled"  # what it compiles
@@ -221,104 +196,50 @@ def _compiled_check(site: MatmulSite, config: NormFusionConfig, before: str) -> 
     detail = (f"{before}; then compiled: fused {t['fused_ms']:.4f} ms vs {t['compiled_ms']:.4f} ms for "
               f"torch.compile's graph")
     if t["fused_ms"] * config.compiled_min_speedup < t["compiled_ms"]:
-        return Choice(True, Implementation.FUSED_TRITON, f"{detail}; plan {_plan_name(plan)}", plan)
+        return Choice(True, Implementation.FUSED_TRITON, f"{detail}; config {_plan_name(plan)}", plan)
     return Choice(False, Implementation.UNFUSED, detail)
 
 
-def _plan_name(plan) -> str:
-    """"gluon_in_loop 128x256x64", for the site's reason: which mainloop and prologue run it."""
-    return str(norm_gemm.Plan.of(plan)) if plan else "tuned at run time"
+def _plan_name(plan: Optional[dict]) -> str:
+    """"128x256x64", for the site's reason: the block config that runs it."""
+    return f"{plan['BLOCK_M']}x{plan['BLOCK_N']}x{plan['BLOCK_K']}" if plan else "tuned at run time"
 
 
-def _with_host_cost(t: dict) -> tuple:
-    """(fused ms, plan, note) for the decision. A Gluon plan's kernel is launched from Python (a thin op in
-    Inductor's graph): its price is GPU + host time per call unless CUDA graphs replay the launches (as the
-    regrouped GEMMs' op calls are priced: with several op calls per step the GPU does not hide their host time,
-    the recsys towers ran 0.83x so), and the best plan Inductor launches itself (GPU time) is taken instead where
-    that is faster.
-    Without this rule small LayerNorm sites were fused whose call cost far more than their GPU time. The host
-    estimate is the eager entry launched through the op: conservative for LayerNorm (its entry runs the weight
-    preparation as separate kernels), but not for RMSNorm, whose small sites can run host-bound compiled: with
-    compiled_check such sites go to the child process (HOST_BOUND_RISK). See
-    docs/decisions.md#selection_with_host_cost"""
-    fused_ms, plan = t["fused_ms"], t.get("plan")
-    if "host_ms" not in t or torch._inductor.config.triton.cudagraphs:
-        return fused_ms, plan, ""
-    gluon_ms = fused_ms + t["host_ms"]
-    if t.get("direct_ms") is not None and t["direct_ms"] <= gluon_ms:
-        return t["direct_ms"], t["direct_plan"], (f" (Triton mainloop; the Gluon plan's {fused_ms:.4f} ms on the "
-                                                  f"GPU takes {t['host_ms']:.4f} ms of host time per call)")
-    return gluon_ms, plan, f" (Gluon mainloop, GPU {fused_ms:.4f} ms, host {t['host_ms']:.4f} ms per call)"
+def _post_norm_gemm(site: PostNormSite, t: dict, config: Optional[dict] = None):
+    """The fused kernel on the operands ``t`` (sites.post_norm_operands), tuned once per shape unless ``config``."""
+    return epilogue_gemm.post_norm_gemm(t["x"], t["w"], t["b"], t["residual"], t["g"], t["beta"], 1e-6,
+                                        layer_norm=site.norm == "ln", write_z=site.write_z, w_kn=site.weight_kn,
+                                        residual_after=t["residual_out"], config=config)
 
 
-def _host_bound_risk(t: dict, plan) -> bool:
-    """Whether the chosen plan is a Gluon one (launched from Python through its op) whose measured host time is
-    above HOST_BOUND_RISK of its GPU time, without CUDA graphs to replay the launches."""
-    return (plan is not None and norm_gemm.Plan.of(plan).gluon and "host_ms" in t
-            and t["host_ms"] > HOST_BOUND_RISK * t["fused_ms"] and not torch._inductor.config.triton.cudagraphs)
+def _tune(site: PostNormSite, inputs: Optional[dict] = None) -> dict:
+    """{"plan": the fastest block config of the fused kernel for this site, by GPU time}."""
+    t = inputs or post_norm_operands(site)
+    _post_norm_gemm(site, t)
+    epilogue = epilogue_gemm.post_norm_epilogue(site.norm == "ln", site.has_bias, site.has_residual, site.write_z,
+                                                site.has_residual_out)
+    return {"plan": epilogue_gemm.tuned_for(site.M, site.N, site.K, site.dtype, site.weight_kn, epilogue)}
 
 
-def _tune(site: MatmulSite, inputs: Optional[dict] = None, gluon: bool = True) -> dict:
-    """{"plan": the fastest (prologue or post-norm plan, block config) of the fused kernel for this site, by GPU time};
-    ``gluon=False``: of the plans Inductor launches itself (the Triton mainloop)."""
-    if site.position == "post":
-        t = inputs or matmul_operands(site)
-        plan = norm_gemm.post_tuned_plan(t["x"], t["w"], t["b"], t["residual"], t["g"], t["beta"], 1e-6,
-                                         layer_norm=site.norm == "ln", write_z=site.write_z, w_kn=site.weight_kn,
-                                         residual_out=t["residual_out"], gluon=gluon)
-        return {"plan": list(plan)}
-    t = inputs or matmul_operands(site)
-    prologues = norm_gemm.ALL_PROLOGUES if gluon else norm_gemm.PROLOGUES
-    plan = norm_gemm.tuned_plan(t["x"], t["w"], t["g"], t["b"], 1e-6, prologues=prologues, beta=t["beta"],
-                                center=site.norm == "ln", w_kn=site.weight_kn)
-    return {"plan": list(plan)}
-
-
-def _measure(site: MatmulSite) -> dict:
-    """Median GPU times of the fused kernel (its tuned plan) and of the unfused lower bound, interleaved over
-    three rounds, and that plan.
+def _measure(site: PostNormSite) -> dict:
+    """Median GPU times of the fused kernel (its tuned config) and of the unfused lower bound, interleaved over
+    three rounds, and that config.
 
     Timed by CUDA-graph replay: the pass runs inside Inductor's compile, where the Python dispatcher makes every
     eager call slow (measured: small fused launches looked 2.5x slower than they run), and graph replay takes
     the host out of both sides alike."""
-    t = matmul_operands(site)
-    x, w, g, beta, b = t["x"], t["w"], t["g"], t["beta"], t["b"]
-    plan = norm_gemm.Plan.of(_tune(site, t)["plan"])
-
-    def fused_with(plan):
-        if site.position == "post":
-            return lambda: norm_gemm.matmul_norm(x, w, b, t["residual"], g, beta, 1e-6, layer_norm=site.norm == "ln",
-                                                 write_z=site.write_z, plan=plan, w_kn=site.weight_kn,
-                                                 residual_out=t["residual_out"])
-        if site.norm == "ln":
-            return lambda: norm_gemm.layer_norm_matmul(x, g, beta, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
-        return lambda: norm_gemm.rms_norm_matmul(x, g, w, b, 1e-6, plan=plan, w_kn=site.weight_kn)
-
-    fused = fused_with(plan)
-    w_mm = w if site.weight_kn else w.t()
+    t = post_norm_operands(site)
+    plan = _tune(site, t)["plan"]
+    w_mm = t["w"] if site.weight_kn else t["w"].t()
     # without the bias: cuBLAS's bias epilogue is slower than the plain GEMM, and Inductor adds the bias in the
-    # norm's pass instead (post-norm) or in a neighbour; with it the bound read high and a post-norm site was
-    # fused that ran slower than the default (docs/decisions.md#selection_measure)
-    mm = lambda: torch.mm(x, w_mm)  # noqa: E731
-    copied = mm() if site.position == "post" else x  # the norm's input
+    # norm's pass instead; with it the bound read high and a post-norm site was fused that ran slower than the
+    # default (docs/decisions.md#selection_measure)
+    mm = lambda: torch.mm(t["x"], w_mm)  # noqa: E731
+    copied = mm()  # the norm's input
     y = torch.empty_like(copied)
-    times = {"fused_ms": [], "mm_ms": [], "copy_ms": []}
-    gluon = plan.gluon
-    if gluon:  # the best plan Inductor launches itself, for _with_host_cost
-        direct_plan = norm_gemm.Plan.of(_tune(site, t, gluon=False)["plan"])
-        direct = fused_with(direct_plan)
-        times["direct_ms"] = []
-    for _ in range(3):  # interleaved, so clock drift hits both sides
-        times["fused_ms"].append(graph_ms(fused))
-        times["mm_ms"].append(graph_ms(mm))
-        times["copy_ms"].append(graph_ms(lambda: sm_copy(y, copied)))
-        if gluon:
-            times["direct_ms"].append(graph_ms(direct))
-    result = {**{k: statistics.median(v) for k, v in times.items()}, "plan": list(plan)}
-    if gluon:
-        with norm_gemm_gluon.through_op():  # launched as the compiled graph launches it
-            result.update(host_ms=host_ms(fused), direct_plan=list(direct_plan))
-    return result
+    times = interleaved_medians({"fused_ms": lambda: _post_norm_gemm(site, t, plan), "mm_ms": mm,
+                                 "copy_ms": lambda: sm_copy(y, copied)}, 3, graph_ms)
+    return {**times, "plan": plan}
 
 
 # --- norm → attention → norm ------------------------------------------------------------------------------------
@@ -381,7 +302,7 @@ def _attention_kernel_reason(site: AttentionSite) -> Optional[str]:
 
 def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> dict:
     """``measure_block`` in a child process (Dynamo cannot compile inside the compilation that asks), for an
-    AttentionSite or a MatmulSite; the child sees this process's import path (relative entries made absolute),
+    AttentionSite or a PostNormSite; the child sees this process's import path (relative entries made absolute),
     TF32 setting and (matmul sites) the choice cache and launch of ``config``, and runs in a neutral directory so
     that ``-m`` does not import another checkout from the working directory."""
     import subprocess
@@ -393,7 +314,7 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
         raise RuntimeError(f"{_FAILED[key]} (earlier in this process; not retried)")
     fields = {k: str(v) if isinstance(v, (torch.dtype, torch.device)) else v
               for k, v in dataclasses.asdict(site).items()}
-    fields["kind"] = "matmul" if isinstance(site, MatmulSite) else "attention"
+    fields["kind"] = "matmul" if isinstance(site, PostNormSite) else "attention"
     if config is not None:
         fields["cache_dir"] = None if config.cache_dir is None else os.fspath(config.cache_dir)
         fields["launch"] = config.launch
@@ -413,11 +334,6 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
         _FAILED[key] = f"{type(e).__name__}: {e}"
         raise
 
-
-# The older matmul families' bound (cuBLAS + a copy of x) keeps the margin it was calibrated with: below it, sites
-# it favoured ran slower fused (docs/decisions.md#selectionprologue_min_speedup). The regrouped rewrite's bound
-# (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
-PROLOGUE_MIN_SPEEDUP = 1.1
 
 # The attention sites' bound keeps a larger margin than min_speedup (recalibrated to 1.1 on the matmul sites only)
 # until it is recalibrated on the GPU; the sites it leaves unfused are measured against the compiled block

@@ -1,5 +1,5 @@
-"""What the selection decides about: one description per kind of site (a matmul with its norm, an attention block, a
-GEMM of a regrouped chain) and the operands a matmul site is timed with. A leaf module: the selection, the child
+"""What the selection decides about: one description per kind of site (a matmul with the norm after it, an attention
+block, a GEMM of a regrouped chain) and the operands a post-norm site is timed with. A leaf module: the selection, the child
 process that compiles a site (``measure_block``) and the calibration all read it."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import torch
 
 
 @dataclasses.dataclass(frozen=True)
-class MatmulSite:
+class PostNormSite:
+    """A matmul → norm site (the post-norm: the norm as the GEMM's epilogue):
+    y = norm(x Wᵀ + b + residual) (+ residual_out), x [M, K], W [N, K] (or [K, N])."""
+
     M: int
     K: int
     N: int
@@ -21,41 +24,25 @@ class MatmulSite:
     norm: str = "rms"  # "rms" or "ln"
     has_norm_bias: bool = False
     weight_kn: bool = False  # weight stored [K, N] (Conv1D)
-    position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm (its epilogue)
-    has_residual: bool = False  # post: z = x Wᵀ + b + residual
-    write_z: bool = False  # post: z is written too
-    has_residual_out: bool = False  # post: a residual added after the norm
-    # pre, training: the backward reads the normalized tensor (dW = dYᵀ·n), so its write moves into the backward
-    # (recomputed or saved) instead of going away: nothing to save, declined without measuring (``choose``)
-    backward_reads_norm: bool = False
+    has_residual: bool = False  # z = x Wᵀ + b + residual
+    write_z: bool = False  # z is written too
+    has_residual_out: bool = False  # a residual added after the norm
 
 
-def _pre_operands(site: MatmulSite) -> dict:
-    """Random operands shaped like the site's. They look like real ones (γ near 1, W scaled by 1/√K): the H200's
-    clocks depend on the data the tensor cores see."""
+def post_norm_operands(site: PostNormSite) -> dict:
+    """Random operands shaped like the site's (x, w, g, beta, b, residual, residual_out). They look like real ones
+    (γ near 1, W scaled by 1/√K): the H200's clocks depend on the data the tensor cores see."""
     dev, dt = site.device, site.dtype
     w = (torch.randn(site.N, site.K, device=dev) / site.K**0.5).to(dt)
     return dict(
         x=torch.randn(site.M, site.K, device=dev, dtype=dt),
         w=w.t().contiguous() if site.weight_kn else w,
-        g=(1 + 0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_weight else None,
-        beta=(0.1 * torch.randn(site.K, device=dev)).to(dt) if site.has_norm_bias else None,
+        g=(1 + 0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_weight else None,
+        beta=(0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_bias else None,
         b=torch.randn(site.N, device=dev, dtype=dt) if site.has_bias else None,
         residual=torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual else None,
+        residual_out=torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual_out else None,
     )
-
-
-def matmul_operands(site: MatmulSite) -> dict:
-    """Random operands shaped like the site's (x, w, g, beta, b, residual, residual_out): a post-norm site's norm
-    parameters are sized N (it normalizes the matmul's output)."""
-    t = _pre_operands(site)
-    if site.position != "post":
-        return t
-    dev, dt = site.device, site.dtype
-    t["g"] = (1 + 0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_weight else None
-    t["beta"] = (0.1 * torch.randn(site.N, device=dev)).to(dt) if site.has_norm_bias else None
-    t["residual_out"] = torch.randn(site.M, site.N, device=dev, dtype=dt) if site.has_residual_out else None
-    return t
 
 
 @dataclasses.dataclass(frozen=True)

@@ -251,44 +251,20 @@ REDUCTIONS = (aten.mean.dim, aten.var_mean.correction)
 
 @dataclasses.dataclass
 class NormSpec:
-    """What a pattern family contributes to the shared site rewrite."""
+    """What a pattern family contributes to the shared site handling."""
 
-    fusion: str  # the family's name, e.g. "rms_norm_matmul"
-    norm: str  # "rms" or "ln": which fused op and which measurement
-    op: Any  # the fused op (float eps) and its eps-as-tensor twin (dynamic shapes)
-    op_tensor_eps: Any
-    stats: dict  # graph node target → index of the op's output that replaces it for its other readers
-    eps_arg: int = -2  # position of eps in the op's arguments
+    fusion: str  # the family's name in the config, e.g. "regrouped_norm"
+    norm: str  # "rms" or "ln"
+    stats: dict  # graph node target → index of the fused op's output that replaces it for its other readers
     position: str = "pre"  # "pre": norm → matmul; "post": matmul → norm
-
-    @property
-    def launch_name(self) -> str:
-        """Which op implementation ops.trace_direct_launch traces."""
-        return "post" if self.position == "post" else self.norm
-
-    def args(self, x, gamma, beta, consumer, eps) -> tuple:
-        if consumer.scale != 1.0:  # c · (x̂ γ + β) = x̂ (c γ) + c β
-            gamma = _scaled(gamma, consumer.scale, x, before=consumer.node)
-            beta = _scaled(beta, consumer.scale, x, before=consumer.node) if beta is not None else None
-        norm_params = (gamma,) if self.norm == "rms" else (gamma, beta)
-        return (x, *norm_params, consumer.weight, consumer.bias, eps, consumer.weight_kn)
-
-
-def _scaled(param: Optional[Node], scale: float, x: Node, before: Node) -> Node:
-    """c · param in fp32 (the kernel takes an fp32 γ with 16-bit x), or a vector of c for a norm without it."""
-    graph = before.graph
-    if param is None:
-        K = x.meta["val"].shape[-1]
-        return insert_call(graph, aten.full.default, ([K], scale), before,
-                           kwargs=dict(dtype=torch.float32, device=x.meta["val"].device))
-    as_fp32 = insert_call(graph, torch.ops.prims.convert_element_type.default, (param, torch.float32), before)
-    return insert_call(graph, aten.mul.Tensor, (as_fp32, scale), before)
+    op: Any = None  # the post-norm's fused op (float eps) and its eps-as-tensor twin (dynamic shapes)
+    op_tensor_eps: Any = None
+    eps_arg: int = -2  # position of eps in the fused op's arguments
 
 
 def also_read_reason(readers: Iterable[Node]) -> str:
     """Why a site stays unfused when its normalized tensor has readers besides the rewritten matmuls: one wording
-    for every family that declines it so (the prologue path here, the regrouped rewrite for those it cannot
-    serve)."""
+    for every reader the regrouped rewrite cannot serve."""
     return ("the normalized tensor is also used by " + ", ".join(sorted({str(u.target) for u in readers}))
             + ", so it would still be written")
 
@@ -308,9 +284,9 @@ def _implementation(choice, launches) -> str:
 def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> tuple[list, str]:
     """Insert the fused computation before ``before``: the op's outputs as nodes, and how it launches.
 
-    "direct launch": the kernels themselves (traced with the choice's plan, ops.trace_direct_launch), so Inductor
-    launches them from its generated code. Otherwise the custom op, which picks its kernel plan at run time: for
-    launch="op", sites the trace cannot take (dynamic M, eps as a graph tensor, no tuned plan, the reference op),
+    "direct launch": the kernel itself (traced with the choice's block config, ops.trace_direct_launch), so Inductor
+    launches it from its generated code. Otherwise the custom op, which picks its block config at run time: for
+    launch="op", sites the trace cannot take (dynamic M, eps as a graph tensor, no tuned config, the reference op),
     and when the trace fails (logged; the op computes the same)."""
     from norm_fusion_inductor import ops
 
@@ -319,7 +295,7 @@ def insert_fused(spec: NormSpec, args: tuple, choice, config, before: Node) -> t
     if why_op is None:
         values = tuple(a.meta["val"] if isinstance(a, Node) else a for a in args)
         try:
-            traced = ops.trace_direct_launch(spec.launch_name, values, choice.plan)
+            traced = ops.trace_direct_launch(values, choice.plan)
         except Exception as e:  # the op is always there to fall back on
             why_op = f"direct launch failed to trace ({type(e).__name__}: {e})"
         else:
@@ -337,7 +313,7 @@ def _direct_launch_rejection(args: tuple, choice, config, eps_arg: int = -2) -> 
     if config.launch != "direct":
         return "launch='op'"
     if choice.implementation != Implementation.FUSED_TRITON or choice.plan is None:
-        return "no tuned kernel plan"
+        return "no tuned kernel config"
     if isinstance(args[eps_arg], Node):
         return "eps is a graph tensor"
     x = args[0].meta["val"]

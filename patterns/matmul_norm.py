@@ -5,10 +5,10 @@ residual: ``norm(x Wᵀ + b + residual)``, also when the norm's only reader adds
 (``r + norm(x Wᵀ)``, sandwich-norm models), and rewrites the site as
 ``norm_fusion::linear_post_norm(x, W, b, residual, γ, β, eps, layer_norm, weight_kn, write_z, residual_out)``:
 the norm (and the add after it) runs as the GEMM's epilogue, so the matmul's output is never written and read
-back just to be normalized (``kernels/norm_gemm.py``). When something else reads z = x Wᵀ + b + residual — the
+back just to be normalized (``kernels/epilogue_gemm.py``, the ``POST_NORM`` piece: whole rows, N ≤ 256). When something else reads z = x Wᵀ + b + residual — the
 residual stream of the next block, or the backward — the kernel also writes z.
 
-A norm that a pre-norm family already fused into the matmul after it is left alone (the pass runs those first).
+A norm that the regrouped rewrite already fused into the matmuls after it is left alone (the pass runs it first).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _residual_after(normed: Node):
 
 
 def rewrite_post_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, ctx) -> None:
-    from norm_fusion_inductor.selection import MatmulSite, choose
+    from norm_fusion_inductor.selection import PostNormSite, choose
 
     normed = match.output_node()
     z, gamma, beta = match.kwargs["x"], match.kwargs.get("weight"), match.kwargs.get("bias")
@@ -113,10 +113,11 @@ def rewrite_post_norm_site(spec: NormSpec, pattern_name: str, match: pm.Match, c
         a_val, z_val, normed, residual, consumer, chain, eps)
     if reason is not None:
         return ctx.reject(site, reason)
-    choice = choose(MatmulSite(M, a_val.shape[-1], N, z_val.dtype, z_val.device, gamma is not None,
-                               consumer.bias is not None, norm=spec.norm, has_norm_bias=beta is not None,
-                               weight_kn=consumer.weight_kn, position="post", has_residual=residual is not None,
-                               write_z=write_z, has_residual_out=_residual_after(normed)[0] is not None), ctx.config)
+    choice = choose(PostNormSite(M, a_val.shape[-1], N, z_val.dtype, z_val.device, gamma is not None,
+                                 consumer.bias is not None, norm=spec.norm, has_norm_bias=beta is not None,
+                                 weight_kn=consumer.weight_kn, has_residual=residual is not None,
+                                 write_z=write_z, has_residual_out=_residual_after(normed)[0] is not None),
+                    ctx.config)
     if not choice.fused:
         return ctx.reject(site, choice.reason, implementation=choice.implementation)
 
@@ -170,8 +171,8 @@ def _post_operand_rejection(a_val, z_val, normed, residual, consumer, chain, eps
 
 
 SPECS = {
-    norm: NormSpec(FUSION, norm, torch.ops.norm_fusion.linear_post_norm.default,
-                   torch.ops.norm_fusion.linear_post_norm_tensor_eps.default, stats=stats, eps_arg=6, position="post")
+    norm: NormSpec(FUSION, norm, stats, position="post", op=torch.ops.norm_fusion.linear_post_norm.default,
+                   op_tensor_eps=torch.ops.norm_fusion.linear_post_norm_tensor_eps.default, eps_arg=6)
     for norm, stats in (("rms", {aten.rsqrt.default: 3}), ("ln", {("var_mean", 1): 2, aten.rsqrt.default: 3}))
 }
 FAMILIES = [

@@ -474,8 +474,8 @@ def unserved_readers(normed: Node, others: list) -> list:
 
 def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumers: list, others: list, site,
                       ctx) -> Optional[str]:
-    """Rewrite the norm's matmul consumers into epilogue GEMMs; None if done, else why not (the caller then
-    offers the site to the older prologue path). ``others``: the normalized tensor's other forward readers; each
+    """Rewrite the norm's matmul consumers into epilogue GEMMs; None if done, else why not (the site then stays
+    unfused). ``others``: the normalized tensor's other forward readers; each
     must be a residual add of a matmul's output, which the producer link makes normalize on load."""
     from norm_fusion_inductor.selection import choose_epilogue_gemm
 

@@ -218,8 +218,9 @@ def first_running_config(configs: list, run, draw: int, what: str) -> dict:
 
 def _drawn_config(case: dict):
     """A tuned_config stand-in: one of the configs the tuner would time, drawn from the case."""
-    def pick(a, w, w_kn, epilogue, run):
-        return first_running_config(eg._configs(a, epilogue), run, case["config"], str(epilogue))
+    def pick(a, w, w_kn, epilogue, run):  # the candidates as tuned_config offers them (N sizes a post-norm's)
+        return first_running_config(eg._configs(a, epilogue, w.shape[1 if w_kn else 0]), run, case["config"],
+                                    str(epilogue))
     return pick
 
 

@@ -7,10 +7,9 @@ import torch.nn as nn
 
 from norm_fusion_inductor import config
 
-# Every family but regrouped normalization (config.OLDER_FUSIONS): "regrouped_norm" is on by default and offered
-# every pre-norm site first, so a test whose subject is an older family (the prologue pre-norm rms_norm_matmul /
-# layer_norm_matmul, the post-norm matmul_norm, norm_attention) selects these, and its sites stay theirs.
-OLDER_FUSIONS = config.OLDER_FUSIONS
+# Every family but regrouped normalization: "regrouped_norm" is on by default and takes every pre-norm site first,
+# so a test whose subject is the post-norm (matmul_norm) or norm_attention selects these, and its sites stay theirs.
+OLDER_FUSIONS = tuple(f for f in config.KNOWN_FUSIONS if f != "regrouped_norm")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -29,14 +29,23 @@ ALWAYS = {"norm_fusion": {"policy": "always"}}
 # --- configuration errors name the option ----------------------------------------------------------------------
 
 def test_default_families_and_every_family_can_be_chosen():
-    """Regrouped normalization first (it is offered every pre-norm site first), then the older families; the
-    pre-norm in-loop prologues are opt-in (KNOWN_FUSIONS has them). The default margin is 1.05."""
-    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == ("regrouped_norm", "matmul_norm", "norm_attention")
-    assert nfi.KNOWN_FUSIONS == (
-        "regrouped_norm", "rms_norm_matmul", "layer_norm_matmul", "matmul_norm", "norm_attention")
-    assert nfi.NormFusionConfig(fusions=["rms_norm_matmul"]).fusions == ("rms_norm_matmul",)
+    """Every family is on by default, regrouped normalization (which takes the pre-norm sites) first. The default
+    margin is 1.05."""
+    assert nfi.NormFusionConfig().fusions == nfi.FUSIONS == nfi.KNOWN_FUSIONS == (
+        "regrouped_norm", "matmul_norm", "norm_attention")
+    assert nfi.NormFusionConfig(fusions=["matmul_norm"]).fusions == ("matmul_norm",)
     assert nfi.NormFusionConfig(fusions=OLDER_FUSIONS).fusions == OLDER_FUSIONS
     assert nfi.NormFusionConfig().min_speedup == 1.05
+
+
+@pytest.mark.parametrize("removed", ["rms_norm_matmul", "layer_norm_matmul"])
+def test_removed_fusion_is_named_with_what_replaced_it(removed):
+    """The pre-norm k-loop prologues were removed: a config that still asks for one fails at once, naming it and
+    the family that takes its sites now (not as an unknown name), also through the options entry point."""
+    with pytest.raises(ValueError, match=f"'{removed}' no longer exists: .*'regrouped_norm'"):
+        nfi.NormFusionConfig(fusions=("regrouped_norm", removed))
+    with pytest.raises(ValueError, match=f"'{removed}' no longer exists"):
+        nfi.inductor_options(fusions=[removed])
 
 
 def test_launch_option_is_checked():
@@ -231,15 +240,17 @@ def test_cached_graph_still_reports_its_sites(tmp_path, monkeypatch, caplog, tra
 # --- logging -------------------------------------------------------------------------------------------------------
 
 def test_logs_every_site_with_reason(monkeypatch, caplog):
-    """NORM_FUSION_LOG=1 logs a site left unfused with its reason (the older families: on the CPU the regrouped
-    one runs its kernel in the Triton interpreter and rewrites the site)."""
+    """NORM_FUSION_LOG=1 logs every site, the one rewritten and the one left unfused, each with its reason."""
     monkeypatch.setenv("NORM_FUSION_LOG", "1")
     torch._dynamo.reset()
     with caplog.at_level(logging.INFO, logger="norm_fusion_inductor"):
-        torch.compile(small_model(), backend="norm_fusion",
-                      options={"norm_fusion": {"fusions": OLDER_FUSIONS}})(torch.randn(4, 32))
+        torch.compile(TwoNorms(), backend="norm_fusion", options=ALWAYS)(torch.randn(2, 3, 32))
     lines = [r.getMessage() for r in caplog.records if r.name == "norm_fusion_inductor"]
-    assert any("not rewritten" in line and "no fused kernel for device 'cpu'" in line for line in lines), lines
+    assert len(lines) == 2, lines
+    assert any("regrouped_norm REWRITTEN" in line and "read the stream with the norm in their epilogue" in line
+               for line in lines), lines
+    assert any("regrouped_norm not rewritten" in line and "also used by aten.cat.default" in line
+               for line in lines), lines
     torch._dynamo.reset()
 
 

@@ -1,25 +1,26 @@
 """The direct launch (what the pass inserts for a fused site so that Inductor launches the kernels itself): the
-traced graph, checked on the CPU with fake CUDA tensors, and the fallback to the custom op when the direct
-launch cannot serve a site. Running the kernels needs a GPU: test_gpu.py."""
+traced graph, checked on the CPU with fake CUDA tensors, run under the Triton interpreter (traced with fake CPU
+tensors), and the fallback to the custom op when the direct launch cannot serve a site. On the GPU:
+test_gpu.py, test_gpu_post_norm.py."""
 
 import pytest
 import torch
 
 from norm_fusion_inductor import ops
-from norm_fusion_inductor.kernels import norm_gemm
+from norm_fusion_inductor.kernels import epilogue_gemm as eg
 
 HOP = torch.ops.higher_order.triton_kernel_wrapper_functional
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    monkeypatch.setattr(norm_gemm, "_num_sms", lambda index: 132)  # no GPU to ask
+    monkeypatch.setattr(eg, "_num_sms", lambda index: 132)  # no GPU to ask
     # conftest turns on the interpreter, whose kernels wrap_triton runs instead of tracing: trace compiled ones
     from triton.runtime.jit import JITFunction
 
-    from norm_fusion_inductor.kernels import common, epilogue_gemm, row_norm
+    from norm_fusion_inductor.kernels import common
 
-    for module in (norm_gemm, epilogue_gemm, common, row_norm):
+    for module in (eg, common):
         for name, kernel in vars(module).items():
             if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
                 monkeypatch.setattr(module, name, JITFunction(kernel.fn))
@@ -39,58 +40,51 @@ def _launches(gm):
             for n in gm.graph.nodes if n.target is HOP]
 
 
+def _post_args(make, M, K, N, layer_norm, write_z, w_kn=False, full=True, residual_after=False):
+    """linear_post_norm's arguments (x [3, M/3, K]) made by ``make``: bias, residual, γ (and β) when ``full``."""
+    x = make(3, M // 3, K)
+    w = make(K, N) if w_kn else make(N, K)
+    vec = (lambda: make(N)) if full else (lambda: None)
+    return (x, w, vec(), make(M, N) if full else None, vec(), vec() if layer_norm else None, 1e-5, layer_norm, w_kn,
+            write_z, make(M, N) if residual_after else None)
+
+
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("norm", ["rms", "ln"])
-@pytest.mark.parametrize("prologue", norm_gemm.PROLOGUES)
-def test_trace_is_kernel_launches(fake_cuda, norm, prologue):
-    M, K, N = 300, 256, 512
-    x, g, w, b = fake_cuda(3, 100, K), fake_cuda(K), fake_cuda(N, K), fake_cuda(N)
-    cfg = norm_gemm._GPU_CONFIGS[2]
-    args = (x, g, w, b, 1e-5, False) if norm == "rms" else (x, g, g, w, b, 1e-5, False)
-    gm = ops.trace_direct_launch(norm, args, (prologue, cfg))
-    launches = _launches(gm)
-    names = [name for name, _ in launches]
-    assert names == (["norm_gemm_kernel"] if prologue == "in_loop" else ["row_stats_kernel", "norm_gemm_kernel"])
-    gemm = launches[-1][1]
-    assert gemm["ROW_STATS"] is (prologue == "in_loop") and gemm["ROW_SCALE"] is (prologue == "pre_pass")
-    assert gemm["CENTER"] is (norm == "ln") and gemm["M"] == M and gemm["BLOCK_N"] == cfg["BLOCK_N"]
-    # x is read by the kernels only (through views): nothing else touches the [M, K] activation
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
+@pytest.mark.parametrize("write_z", [False, True])
+@pytest.mark.parametrize("N", [256, 96])
+def test_post_norm_trace_is_one_kernel_launch(fake_cuda, layer_norm, write_z, N):
+    """The post-norm op as Inductor launches it: one launch of the epilogue GEMM with the post-norm piece (whole
+    rows in a tile: BLOCK_N the config's, ≥ N), no matmul left; x read only by the kernel, as its A operand; only
+    the outputs the op returns written (a pointer the kernel stores to is cloned before the launch)."""
+    M, K = 300, 256
+    cfg = eg._configs(fake_cuda(M, K), eg.Epilogue(post_norm="ln" if layer_norm else "rms"), N)[0]
+    assert cfg["BLOCK_N"] >= N
+    args = _post_args(fake_cuda, M, K, N, layer_norm, write_z, residual_after=not write_z)
+    gm = ops.trace_direct_launch(args, cfg)
+    (name, kwargs), = _launches(gm)
+    assert name == "epilogue_gemm_kernel"
+    assert kwargs["POST_NORM"] == (2 if layer_norm else 1) and kwargs["WRITE_AUX"] is write_z
+    assert kwargs["HAS_RESIDUAL"] and kwargs["HAS_BIAS"] and kwargs["HAS_POST_WEIGHT"]
+    assert kwargs["HAS_POST_BIAS"] is layer_norm and kwargs["RESIDUAL_AFTER"] is (not write_z)
+    assert kwargs["ROW_NORM"] == 0 and kwargs["STATS"] == 0 and kwargs["ACTIVATION"] == 0
+    assert not kwargs["EPS_FROM_PTR"] and kwargs["norm_eps"] == 1e-5
+    assert kwargs["BLOCK_N"] == cfg["BLOCK_N"] and kwargs["M"] == M and kwargs["N"] == N
+    # x is read by the kernel only (through views), and only as its A operand: a pointer slot the flags leave
+    # unused gets its own buffer, else Inductor would clone x (every pointer a kernel stores to counts as mutated)
     x_node = gm.graph.find_nodes(op="placeholder")[0]
-    readers, stack = set(), [x_node]
+    readers, stack, x_views = set(), [x_node], {x_node}
     while stack:
         for user in stack.pop().users:
             if user.target is torch.ops.aten.view.default:
                 stack.append(user)
+                x_views.add(user)
             else:
                 readers.add(user.target)
     assert readers == {HOP}
-    # and only as the kernels' x: a pointer slot the flags leave unused gets its own buffer, else Inductor
-    # would clone x (every pointer a kernel stores to counts as mutated)
-    x_views = {x_node} | {n for n in gm.graph.nodes if n.target is torch.ops.aten.view.default}
-    for name, kwargs in launches:
-        slots = sorted(k for k, v in kwargs.items() if v in x_views)
-        assert slots == ["x_ptr"], (name, slots)
+    assert sorted(k for k, v in kwargs.items() if v in x_views) == ["a_ptr"]
     targets = {n.target for n in gm.graph.nodes}
     assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
-    outputs = gm.graph.find_nodes(op="output")[0].args[0]
-    shapes = [tuple(o.meta["val"].shape) for o in outputs]
-    assert shapes == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)
-
-
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-@pytest.mark.parametrize("write_z", [False, True])
-def test_post_norm_trace_is_one_kernel_launch(fake_cuda, layer_norm, write_z):
-    """The post-norm op as Inductor would launch it: one GEMM launch with the epilogue (whole rows in a tile); the
-    residual read, z written only when asked."""
-    M, K, N = 300, 256, 256
-    x, w, b, r, g = fake_cuda(3, 100, K), fake_cuda(N, K), fake_cuda(N), fake_cuda(M, N), fake_cuda(N)
-    plan = norm_gemm._post_candidate_plans(x, N)[0]
-    gm = ops.trace_direct_launch("post", (x, w, b, r, g, g if layer_norm else None, 1e-5, layer_norm, False,
-                                          write_z), plan)
-    (name, kwargs), = _launches(gm)
-    assert name == "norm_gemm_kernel"
-    assert kwargs["POST_NORM"] == (2 if layer_norm else 1) and kwargs["WRITE_Z"] is write_z
-    assert kwargs["HAS_RESIDUAL"] and kwargs["BLOCK_N"] == N
     outputs = gm.graph.find_nodes(op="output")[0].args[0]
     shapes = [tuple(o.meta["val"].shape) for o in outputs]
     assert shapes == [(M, N), (M, N) if write_z else (0,), (M,) if layer_norm else (0,), (M,)]
@@ -103,10 +97,10 @@ def test_failed_trace_falls_back_to_the_op_with_the_reason(monkeypatch):
     import norm_fusion_inductor as nfi
     from norm_fusion_inductor import selection
 
-    from .helpers import OLDER_FUSIONS, LlamaRMSNorm, rel_err
+    from .helpers import rel_err
 
     def choose(site, config):
-        return selection.Choice(True, "fused_triton", "test", plan=("in_loop", norm_gemm._INTERPRETER_CONFIG))
+        return selection.Choice(True, "fused_triton", "test", plan=dict(eg.INTERPRETER_CONFIG))
 
     def broken_trace(*args):
         raise RuntimeError("boom")
@@ -114,14 +108,14 @@ def test_failed_trace_falls_back_to_the_op_with_the_reason(monkeypatch):
     monkeypatch.setattr(selection, "choose", choose)
     monkeypatch.setattr(ops, "trace_direct_launch", broken_trace)
     torch.manual_seed(0)
-    model = nn.Sequential(LlamaRMSNorm(32), nn.Linear(32, 16))
+    model = nn.Sequential(nn.Linear(32, 16), nn.LayerNorm(16))
     x = torch.randn(4, 32)
     torch._dynamo.reset()
     nfi.clear_reports()
-    out = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"fusions": OLDER_FUSIONS}})(x)
+    out = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"fusions": ("matmul_norm",)}})(x)
     assert rel_err(out, model(x)) < 1e-5
     [site] = nfi.reports()
-    assert site.rewritten
+    assert site.rewritten and site.fusion == "matmul_norm"
     assert site.implementation == "fused_triton (custom op: direct launch failed to trace (RuntimeError: boom))"
     torch._dynamo.reset()
 
@@ -137,42 +131,102 @@ def test_direct_launch_rejection_reasons(launch):
     x.meta["val"], w.meta["val"] = torch.empty(8, 16), torch.empty(4, 16)
     eps_node.meta["val"] = torch.empty(())
     config = NormFusionConfig(launch=launch)
-    plan = ("in_loop", {})
-    fused = selection.Choice(True, "fused_triton", "", plan)
-    reason = _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)
+    fused = selection.Choice(True, "fused_triton", "", dict(eg.INTERPRETER_CONFIG))
+
+    def args(eps=1e-6):  # linear_post_norm's: eps at position 6
+        return (x, w, None, None, None, None, eps, False, False, False, None)
+
+    reason = _direct_launch_rejection(args(), fused, config, 6)
     if launch == "op":
         assert reason == "launch='op'"
         return
     assert reason is None
-    assert _direct_launch_rejection((x, None, w, None, 1e-6, False), selection.Choice(True, "fused_triton", ""),
-                                    config) == "no tuned kernel plan"
-    assert _direct_launch_rejection((x, None, w, None, eps_node, False), fused, config) == "eps is a graph tensor"
+    assert _direct_launch_rejection(args(), selection.Choice(True, "fused_triton", ""), config,
+                                    6) == "no tuned kernel config"
+    assert _direct_launch_rejection(args(), selection.Choice(True, "reference", "", dict(eg.INTERPRETER_CONFIG)),
+                                    config, 6) == "no tuned kernel config"
+    assert _direct_launch_rejection(args(eps_node), fused, config, 6) == "eps is a graph tensor"
     x.meta["val"] = torch.empty(10, 16)[1:9]  # starts 64 bytes in: aligned
-    assert _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config) is None
+    assert _direct_launch_rejection(args(), fused, config, 6) is None
     x.meta["val"] = torch.empty(9, 17).view(-1)[1:129].view(8, 16)  # starts 4 bytes in
-    assert "16-byte aligned" in _direct_launch_rejection((x, None, w, None, 1e-6, False), fused, config)
+    assert "16-byte aligned" in _direct_launch_rejection(args(), fused, config, 6)
 
 
-@pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("norm", ["rms", "ln"])
-@pytest.mark.parametrize("prologue", ["gluon_in_loop", "gluon_pre_pass"])
-def test_gluon_plan_traces_to_its_launch_op(fake_cuda, norm, prologue):
-    """A Gluon plan: Inductor cannot emit the kernel, so the trace holds one call of the thin launch op (made
-    functional: auto_functionalized), with W·γ (and u, v) as graph ops around it; the pre-pass's row kernel is
-    still a Triton launch."""
-    from norm_fusion_inductor.kernels import norm_gemm_gluon
+def _interpreted_kernels(monkeypatch) -> dict:
+    """The interpreter's kernels of the epilogue GEMM module, swapped for compiled ones (which wrap_triton traces)
+    until ``_run_interpreted`` swaps them back; skips without the interpreter."""
+    from triton.runtime.jit import JITFunction
 
-    M, K, N = 300, 256, 512
-    x, g, w, b = fake_cuda(3, 100, K), fake_cuda(K), fake_cuda(N, K), fake_cuda(N)
-    args = (x, g, w, b, 1e-5, False) if norm == "rms" else (x, g, g, w, b, 1e-5, False)
-    gm = ops.trace_direct_launch(norm, args, (prologue, norm_gemm_gluon.CONFIGS[0]))
-    calls = [n for n in gm.graph.nodes if "gluon_norm_gemm" in str(n.args[0] if n.args else n.target)]
-    assert len(calls) == 1, gm.graph
-    assert [name for name, _ in _launches(gm)] == ([] if prologue == "gluon_in_loop" else ["row_stats_kernel"])
-    targets = {n.target for n in gm.graph.nodes}
-    assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
-    outputs = gm.graph.find_nodes(op="output")[0].args[0]
-    assert [tuple(o.meta["val"].shape) for o in outputs] == [(M, N)] + [(3, 100, 1)] * (1 if norm == "rms" else 2)
+    from norm_fusion_inductor.kernels import common
+
+    interpreted = {}  # (module, name) -> the interpreter's function; compiled ones while tracing
+    for module in (eg, common):
+        for name, kernel in vars(module).items():
+            if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
+                interpreted[module, name] = kernel
+                monkeypatch.setattr(module, name, JITFunction(kernel.fn))
+    if not interpreted:
+        pytest.skip("needs the Triton interpreter (the CPU suite's conftest turns it on)")
+    return interpreted
+
+
+def _run_interpreted(monkeypatch, interpreted, graph):
+    """``graph`` as a GraphModule whose kernel launches run the interpreter's kernels; torch.empty poisoned with
+    NaN meanwhile (an output the launch leaves unwritten shows)."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    for (module, name), kernel in interpreted.items():
+        monkeypatch.setattr(module, name, kernel)
+    for node in graph.nodes:
+        if node.target is HOP:
+            traced = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])  # (wrapped with its launch options)
+            monkeypatch.setitem(kernel_side_table.id_to_kernel, node.kwargs["kernel_idx"],
+                                interpreted[eg, traced.fn.__name__])
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *s, **k: real_empty(*s, **k).fill_(float("nan"))
+                        if k.get("dtype", torch.float32).is_floating_point else real_empty(*s, **k))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+POST_TRACED_CASES = {  # layer_norm, write_z, w_kn, every optional operand, a residual after the norm
+    "ln_full_z": (True, True, False, True, False),
+    "ln_bare_after_wkn": (True, False, True, False, True),
+    "rms_full_after": (False, False, False, True, True),
+    "rms_bare_z_wkn": (False, True, True, False, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POST_TRACED_CASES))
+def test_post_norm_traced_launch_computes_the_op(monkeypatch, case):
+    """The post-norm's traced direct launch (ops.trace_direct_launch: strides, flags, grid, the outputs it returns),
+    run: traced with fake CPU tensors and an N (40) below the tile's width, its kernel then swapped for the
+    interpreter's and executed on fresh operands (outputs poisoned with NaN) against float64: y, z, mean, rstd."""
+    from .helpers import linear_post_norm_reference64, rel_err
+
+    interpreted = _interpreted_kernels(monkeypatch)
+    layer_norm, write_z, w_kn, full, after = POST_TRACED_CASES[case]
+    M, K, N, eps = 45, 48, 40, 1e-5
+    mode = torch._subclasses.FakeTensorMode()
+
+    def real(*shape):
+        return torch.randn(*shape) + 0.5
+
+    reals = _post_args(real, M, K, N, layer_norm, write_z, w_kn, full, after)
+    reals = reals[:6] + (eps,) + reals[7:]
+    fakes = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in reals)
+    cfg = eg._configs(reals[0], eg.Epilogue(post_norm="ln" if layer_norm else "rms"), N)[0]
+    assert cfg["BLOCK_N"] > N
+    traced = ops.trace_direct_launch(fakes, cfg)
+    assert [name for name, _ in _launches(traced)] == ["epilogue_gemm_kernel"]
+    gm = _run_interpreted(monkeypatch, interpreted, traced.graph)
+    y, z, mean, rstd = gm(*(a for a in reals if isinstance(a, torch.Tensor)))
+    x, w, b, r, g, beta = reals[:6]
+    ref_y, ref_z, ref_mean, ref_rstd = linear_post_norm_reference64(
+        x.reshape(M, K), w.t() if w_kn else w, b, r, g, beta, eps, layer_norm, reals[10])
+    assert y.shape == (M, N) and not y.isnan().any() and rel_err(y, ref_y) < 1e-5
+    assert rstd.shape == (M,) and rel_err(rstd, ref_rstd.flatten()) < 1e-5
+    assert z.shape == ((M, N) if write_z else (0,)) and (not write_z or rel_err(z, ref_z) < 1e-5)
+    assert mean.shape == ((M,) if layer_norm else (0,)) and (not layer_norm or rel_err(mean, ref_mean.flatten()) < 1e-5)
 
 
 def _is_triton_function(obj) -> bool:
@@ -209,10 +263,8 @@ def test_regrouped_gemm_traces_to_one_kernel_launch(fake_cuda, monkeypatch):
     config): one ``wrap_triton`` launch of the epilogue kernel that reads the stream only as its A operand, no
     op call and no matmul left for Inductor."""
     from norm_fusion_inductor import regrouped
-    from norm_fusion_inductor.kernels import epilogue_gemm as eg
     from norm_fusion_inductor.patterns.regrouped_norm import insert_traced
 
-    monkeypatch.setattr(eg, "_num_sms", lambda index: 132)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
     M, K, N = 300, 256, 512
     a, w, b = fake_cuda(M, K), fake_cuda(N, K), fake_cuda(N)
@@ -270,22 +322,10 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case, dynamic):
     with NaN) against the op's torch reference on float64 operands (``regrouped.reference``): out, aux and the
     statistics partials. ``dynamic_M``: traced with M symbolic (dynamic shapes) and run at another M; the trace
     adds no guard on M (the whole persistent grid, sizes read from the inputs)."""
-    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-    from triton.runtime.jit import JITFunction
-
     from norm_fusion_inductor import regrouped
-    from norm_fusion_inductor.kernels import common
-    from norm_fusion_inductor.kernels import epilogue_gemm as eg
     from norm_fusion_inductor.patterns.regrouped_norm import insert_traced
 
-    interpreted = {}  # (module, name) -> the interpreter's function; compiled ones while tracing
-    for module in (eg, common):
-        for name, kernel in vars(module).items():
-            if hasattr(kernel, "fn") and type(kernel).__name__ == "InterpretedFunction":
-                interpreted[module, name] = kernel
-                monkeypatch.setattr(module, name, JITFunction(kernel.fn))
-    if not interpreted:
-        pytest.skip("needs the Triton interpreter (the CPU suite's conftest turns it on)")
+    interpreted = _interpreted_kernels(monkeypatch)
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     spec = TRACED_CASES[case]
@@ -322,14 +362,6 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case, dynamic):
         assert not mode.shape_env.guards, mode.shape_env.guards
         M = 53  # run at another M than traced
         reals = _operands(M, K, N, D)
-    for (module, name), kernel in interpreted.items():
-        monkeypatch.setattr(module, name, kernel)
-    for node in graph.nodes:
-        if node.target is HOP:
-            traced = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])  # (wrapped with its launch options)
-            monkeypatch.setitem(kernel_side_table.id_to_kernel, node.kwargs["kernel_idx"],
-                                interpreted[eg, traced.fn.__name__])
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     wide = {k: v.double() for k, v in reals.items()}
     args = [wide[n] if n is not None else None for n in spec["args"]]
     row_norm, activation, write_aux, stats = spec["flags"]
@@ -338,9 +370,7 @@ def test_regrouped_traced_launch_computes_the_gemm(monkeypatch, case, dynamic):
                                    "none", D if head else 0, head)
     head_norm = eg.HeadNorm(wide["head_weight"], 1e-6, wide["cos"], wide["sin"]) if head else None
     refs = regrouped.reference(*args, epilogue, False, None, head_norm)
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *s, **k: real_empty(*s, **k).fill_(float("nan"))
-                        if k.get("dtype", torch.float32).is_floating_point else real_empty(*s, **k))
+    gm = _run_interpreted(monkeypatch, interpreted, graph)
     outs = gm(*(reals[n] for n in names))
     assert len(outs) == len(refs) == 3
     for out, ref in zip(outs, refs):

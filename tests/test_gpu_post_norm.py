@@ -1,5 +1,6 @@
-"""GPU tests of the post-norm epilogue (matmul → norm, whole rows in a tile): every plan against float64, and
-the plugin end to end. Skipped without CUDA."""
+"""GPU tests of the post-norm epilogue of the GEMM kernel (kernels/epilogue_gemm.py, ``post_norm_gemm``: matmul →
+norm, whole rows in a tile): every block config the tuner offers against float64, every flag, and the plugin end
+to end. Skipped without CUDA."""
 
 import copy
 
@@ -8,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import norm_fusion_inductor as nfi
-from norm_fusion_inductor.kernels import norm_gemm
+from norm_fusion_inductor.kernels import epilogue_gemm as eg
 
 from .helpers import LlamaRMSNorm, linear_post_norm_reference64, linear_post_norm_unfused, rel_err
 from .test_gpu import _poison_allocator
@@ -24,56 +25,100 @@ def _operands(M, K, N, dtype, shift=0.0, seed=0):
     r = (torch.randn(M, N, device="cuda", generator=g) + shift).to(dtype)
     gamma = (torch.rand(N, device="cuda", generator=g) + 0.5).to(dtype)
     beta = torch.randn(N, device="cuda", generator=g).to(dtype)
-    return x, w, b, r, gamma, beta
+    after = torch.randn(M, N, device="cuda", generator=g).to(dtype)
+    return x, w, b, r, gamma, beta, after
 
 
-def _plans(x, N):
-    """The tuning candidates (the Triton row plans)."""
-    plans = norm_gemm._post_candidate_plans(x, N)
-    assert plans
-    return plans
+def _configs(x, N, layer_norm):
+    """The tuning candidates: the GEMM configs with whole rows in a tile."""
+    configs = eg._configs(x, eg.Epilogue(post_norm="ln" if layer_norm else "rms"), N)
+    assert configs and all(c["BLOCK_N"] >= N for c in configs)
+    return configs
 
 
-def _check(plan, operands, layer_norm, write_z, floor, residual_out=None):
-    x, w, b, r, gamma, beta = operands
-    beta = beta if layer_norm else None
-    ref_y, ref_z, ref_mean, ref_rstd = linear_post_norm_reference64(x, w, b, r, gamma, beta, 1e-5, layer_norm,
-                                                                    residual_out)
-    unfused_y = linear_post_norm_unfused(x, w, b, r, gamma, beta, 1e-5, layer_norm)
-    if residual_out is not None:
-        unfused_y = unfused_y.to(x.dtype) + residual_out
+def _check(cfg, operands, layer_norm, *, bias=True, residual=True, gamma=True, beta=True, write_z=False,
+           after=False, w_kn=False, eps_tensor=False, floor=1e-3):
+    """One launch against float64, outputs from NaN-poisoned memory: y within twice the unfused path's error (+
+    ``floor``), rstd, mean (LayerNorm) and z (``write_z``) checked too."""
+    x, w, b, r, g, be, r_after = operands
+    b, r, g, be = (t if on else None for t, on in ((b, bias), (r, residual), (g, gamma), (be, beta)))
+    r_after = r_after if after else None
+    ref_y, ref_z, ref_mean, ref_rstd = linear_post_norm_reference64(x, w, b, r, g, be, 1e-5, layer_norm, r_after)
+    unfused_y = linear_post_norm_unfused(x, w, b, r, g, be, 1e-5, layer_norm)
+    if r_after is not None:
+        unfused_y = unfused_y.to(x.dtype) + r_after
     unfused = rel_err(unfused_y, ref_y)
+    eps = torch.tensor([1e-5], device="cuda") if eps_tensor else 1e-5
     _poison_allocator()
-    y, z, mean, rstd = norm_gemm.matmul_norm(x, w, b, r, gamma, beta, 1e-5, layer_norm=layer_norm,
-                                             write_z=write_z, plan=plan, residual_out=residual_out)
+    y, z, mean, rstd = eg.post_norm_gemm(x, w.t().contiguous() if w_kn else w, b, r, g, be, eps,
+                                         layer_norm=layer_norm, write_z=write_z, w_kn=w_kn, residual_after=r_after,
+                                         config=cfg)
     err = rel_err(y, ref_y)
-    assert err <= 2 * unfused + floor, (plan, err, unfused)
-    assert rel_err(rstd, ref_rstd.flatten()) < 1e-3
-    if layer_norm:
-        assert rel_err(mean, ref_mean.flatten()) < 1e-3
-    if write_z:
-        assert rel_err(z, ref_z) < 1e-2
+    assert not y.isnan().any() and err <= 2 * unfused + floor, (cfg, err, unfused)
+    assert not rstd.isnan().any() and rel_err(rstd, ref_rstd.flatten()) < 1e-3, cfg
+    assert (mean is not None) == layer_norm and (not layer_norm or rel_err(mean, ref_mean.flatten()) < 1e-3), cfg
+    assert (z is not None) == write_z and (not write_z or rel_err(z, ref_z) < 1e-2), cfg
     return err
+
+
+# each flag on and off across the sets, with both norms (RMSNorm takes a β too)
+FLAG_SETS = [
+    dict(write_z=True),
+    dict(after=True, w_kn=True, gamma=False, beta=False),
+    dict(bias=False, residual=False, write_z=True, after=True, eps_tensor=True),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
-@pytest.mark.parametrize("M,K,N", [(1000, 256, 256), (4096, 512, 128), (2048, 1024, 256), (333, 64, 200)])
-def test_every_plan_matches_float64(dtype, layer_norm, M, K, N):
+@pytest.mark.parametrize("M,K,N", [(1000, 256, 256), (4096, 512, 128), (2048, 1024, 192), (333, 64, 200),
+                                   (777, 128, 24)])
+def test_every_config_matches_float64(dtype, layer_norm, M, K, N):
+    """Every config the tuner offers (BLOCK_N 64, 128, 256; one and two programs per SM), with the first flag
+    set; each flag set on the first and last config."""
     operands = _operands(M, K, N, dtype, seed=M + N)
-    residual_out = torch.randn(M, N, device="cuda").to(dtype)
-    for plan in _plans(operands[0], N):
-        for write_z in (False, True):
-            _check(plan, operands, layer_norm, write_z, floor=1e-3)
-        _check(plan, operands, layer_norm, False, floor=1e-3, residual_out=residual_out)
+    configs = _configs(operands[0], N, layer_norm)
+    for cfg in configs:
+        _check(cfg, operands, layer_norm, **FLAG_SETS[0])
+    for cfg in (configs[0], configs[-1]):
+        for flags in FLAG_SETS[1:]:
+            _check(cfg, operands, layer_norm, **flags)
+
+
+def test_fp32_operands_and_norm_weights():
+    """fp32 inputs (TF32 off: IEEE dots; the halved K tiles) and an fp32 γ, β with bf16 activations."""
+    x, w, b, r, gamma, beta, after = _operands(1000, 256, 256, torch.float32, seed=5)
+    allow = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for layer_norm in (False, True):
+            for cfg in _configs(x, 256, layer_norm)[:2]:
+                _check(cfg, (x, w, b, r, gamma, beta, after), layer_norm, write_z=True, after=True, floor=1e-5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow
+    x16, w16, b16, r16, _, _, after16 = _operands(1000, 256, 256, torch.bfloat16, seed=6)
+    for layer_norm in (False, True):
+        cfg = _configs(x16, 256, layer_norm)[0]
+        _check(cfg, (x16, w16, b16, r16, gamma, beta, after16), layer_norm)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shift", [100.0, 1000.0])
 def test_layer_norm_shifted_rows_within_unfused_error(dtype, shift):
     operands = _operands(2048, 512, 256, dtype, shift=shift, seed=int(shift))
-    for plan in _plans(operands[0], 256):
-        _check(plan, operands, True, False, floor=1e-3)
+    for cfg in _configs(operands[0], 256, True):
+        _check(cfg, operands, True, floor=1e-3)
+
+
+def test_tuned_config_is_one_of_the_candidates():
+    """post_norm_gemm without a config tunes once per shape bucket and epilogue; the choice is one of the
+    candidates and is what tuned_for reports (the selection stores it for the direct launch)."""
+    x, w, b, r, gamma, beta, _ = _operands(4096, 512, 256, torch.bfloat16, seed=9)
+    y, z, mean, rstd = eg.post_norm_gemm(x, w, b, r, gamma, beta, 1e-5, layer_norm=True, write_z=True)
+    epilogue = eg.post_norm_epilogue(True, True, True, True, False)
+    chosen = eg.tuned_for(4096, 256, 512, torch.bfloat16, False, epilogue)
+    assert chosen in _configs(x, 256, True)
+    assert rel_err(y, linear_post_norm_reference64(x, w, b, r, gamma, beta, 1e-5, True)[0]) < 1e-2
 
 
 class BertOutput(nn.Module):

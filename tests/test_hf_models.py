@@ -17,8 +17,8 @@ from norm_fusion_inductor import hf_models  # noqa: E402
 ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 
 
-# family → {fusion: sites} under the default fusions (regrouped normalization offered every pre-norm site first,
-# the older families the rest), every site rewritten. The tiny models have two layers. Per family:
+# family → {fusion: sites} under the default fusions (regrouped normalization takes the pre-norm sites,
+# the post-norm family the norms after a matmul), every site rewritten. The tiny models have two layers. Per family:
 # llama, gemma: 2 pre-norms per layer + the final norm, all regrouped (the producing GEMM of a residual stream
 #     writes it and its row statistics; the first norm's statistics come from Inductor's reduction).
 # qwen3: as llama; its per-head q/k norms (QK-norm) go, with RoPE, into the q/k projections' epilogue: the q/k/v
@@ -37,7 +37,7 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 # gpt2: ln_1 → c_attn and ln_2 → c_fc (Conv1D: x @ W, W [K, N]) per layer; ln_f → lm_head: all regrouped.
 # vit: layernorm_before → q/k/v, layernorm_after → intermediate per layer (regrouped); the final norm reaches the
 #      classifier through the CLS-token slice, and follows the last MLP's output + residual: post-norm.
-# bert: all regrouped. The embedding norm (after a sum of embeddings, no matmul; the older families leave it, as
+# bert: all regrouped. The embedding norm (after a sum of embeddings, no matmul; the post-norm family leaves it, as
 #      it also feeds the residual add) feeds q/k/v, and the attention output GEMM that reads it as its residual
 #      normalizes it on load; each layer's two norms (after the attention output and the FFN output projections
 #      + the residual) and the MLM head's norm → decoder likewise.

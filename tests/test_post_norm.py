@@ -2,8 +2,8 @@
 a sublayer post-norm, the residual stream of a pre-norm LLM), inference and training, parity with eager and
 float64 (``test_patterns.run``), z written only when something else reads it, negative cases.
 
-The CPU runs the op's reference implementation (policy "always"); the kernel is tested in
-test_kernel_interpreter.py and test_gpu.py."""
+The CPU runs the op's reference implementation (policy "always"); the kernel (``kernels/epilogue_gemm.py``'s
+post-norm epilogue) is tested in test_kernel_interpreter.py and test_gpu_post_norm.py."""
 
 import pytest
 import torch
@@ -110,9 +110,12 @@ def test_residual_stream_writes_z(train):
 
 
 def test_pre_norm_family_takes_the_norm_first():
-    """Both fusions apply to h = x + o(a) → norm → up: the pre-norm family runs first; one record for the site."""
+    """Both fusions apply to h = x + o(a) → norm → up: the pre-norm sites go first, to regrouped normalization,
+    which also links o (the GEMM producing the stream h); the post-norm family leaves the norm. One record."""
     sites, _, post = run(_init(ResidualStream()), torch.randn(2, 5, 32), train=False)
-    assert [(s.fusion, s.rewritten) for s in sites] == [("rms_norm_matmul", True)], [s.line() for s in sites]
+    assert [(s.fusion, s.rewritten) for s in sites] == [("regrouped_norm", True)], [s.line() for s in sites]
+    assert "producer GEMM writes the stream" in sites[0].reason, sites[0].reason
+    assert POST_OP not in _forward_graph(post)
 
 
 class MatmulOutputReadTwice(nn.Module):
@@ -147,12 +150,14 @@ def test_negative_cases_are_explained():
 
 
 def test_one_record_per_norm():
-    """BERT's norm is both after a matmul and before one: both families see it, the report has one record."""
+    """BERT's norm is both after a matmul and before one: the pre-norm matchers (regrouped normalization) and the
+    post-norm family both see it, the report has one record with both reasons."""
     sites, _, post = run(_init(BertOutput()), torch.randn(2, 5, 48), train=False, policy="never")
     site, = sites
     assert not site.rewritten
-    assert site.reason == ("pre-norm LayerNorm → matmul: the normalized tensor is also used by aten.sum.dim_IntList, "
-                           "so it would still be written; post-norm matmul → LayerNorm: policy=never")
+    assert site.reason == ("norm in the epilogues of the GEMMs around it: the normalized tensor is also used by "
+                           "aten.sum.dim_IntList, so it would still be written; post-norm matmul → LayerNorm: "
+                           "policy=never"), site.reason
     assert POST_OP not in _forward_graph(post)
     assert "matmul_norm" in nfi.FUSIONS
 

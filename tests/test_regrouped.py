@@ -311,28 +311,6 @@ def test_training_prices_the_normalized_tensor_as_still_written(monkeypatch, tra
     assert len(consumers) == 3 and all(reads is train for reads in consumers), seen
 
 
-@pytest.mark.parametrize("train", [False, True])
-def test_training_prices_the_prologue_sites_normalized_tensor_as_still_written(monkeypatch, train):
-    """The older prologue family is told the same (selection.MatmulSite.backward_reads_norm): in training its
-    bound counts cuBLAS alone."""
-    from norm_fusion_inductor import selection
-
-    seen = []
-    real = selection.choose
-
-    def spy(site, config):
-        seen.append(site.backward_reads_norm)
-        return real(site, config)
-
-    monkeypatch.setattr(selection, "choose", spy)
-    model = nn.Sequential(nn.RMSNorm(32), nn.Linear(32, 16)).train(train)
-    x = torch.randn(2, 8, 32, requires_grad=train)
-    torch._dynamo.reset()
-    with torch.set_grad_enabled(train):
-        torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"fusions": ("rms_norm_matmul",)}})(x)
-    assert seen == [train]
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_models_rewritten_and_trained(name):
     """Every norm's consumers and producers are rewritten; the training step's loss and gradients match float64
@@ -728,7 +706,7 @@ def test_qk_norm_and_rope_in_the_projection_epilogue(family, train):
     inputs = {k: v.to(DEVICE) for k, v in hf_models.example_inputs(model, batch=2, seq=16).items()}
     model64 = type(model)(model.config).to(DEVICE).double().train(train)
     model64.load_state_dict(model.state_dict())
-    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
     nfi.clear_reports()
     torch._dynamo.reset()
     with torch.set_grad_enabled(train):
@@ -769,7 +747,7 @@ def test_rope_alone_declined_leaves_the_projection_fused(monkeypatch):
     torch.manual_seed(8)
     model = hf_models.tiny_model("llama", hidden=64, layers=1).to(DEVICE).eval()
     inputs = {k: v.to(DEVICE) for k, v in hf_models.example_inputs(model, batch=2, seq=16).items()}
-    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
     nfi.clear_reports()
     torch._dynamo.reset()
     with torch.no_grad():
@@ -797,7 +775,7 @@ def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
     ids = hf_models.example_inputs(model, batch=2, seq=16)["input_ids"].to(DEVICE)
     mask = torch.ones_like(ids)
     mask[0, :5] = 0  # the first sequence left-padded
-    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="norm_fusion", options=options)
     caches = {}
@@ -825,7 +803,7 @@ def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form):
             if "norm" in name:
                 p.uniform_(0.5, 1.5)
     x = torch.randn(2, 8, 32, device=DEVICE)
-    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm", "rms_norm_matmul")}}
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
     nfi.clear_reports()
     torch._dynamo.reset()
     with torch.no_grad():
@@ -874,14 +852,14 @@ def test_normalized_tensor_read_elsewhere_is_left_unfused():
     x = torch.randn(16, 32, device=DEVICE)
     out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
     assert rel(out, model(x)) < 1e-5
-    sites = [s for s in nfi.reports() if s.fusion in ("regrouped_norm", "layer_norm_matmul")]
+    sites = [s for s in nfi.reports() if s.fusion == "regrouped_norm"]
     assert sites and not any(s.rewritten for s in sites)
     assert "also used by aten.tanh" in sites[0].reason, sites[0].reason
 
 
 class _ReusedWithResidual(_ReusedNorm):
-    """Read also by a residual add of another matmul's output, which the regrouped rewrite could normalize on load
-    (the prologue families could not)."""
+    """Read also by a residual add of another matmul's output, which the regrouped rewrite could normalize on load:
+    not an obstacle, the tanh still is."""
 
     def __init__(self):
         super().__init__()
@@ -910,33 +888,29 @@ def _declined_norm_site(model, fusions, policy="always"):
 @pytest.mark.parametrize("fusions", [nfi.KNOWN_FUSIONS, ("regrouped_norm",)], ids=["all", "regrouped_only"])
 @pytest.mark.parametrize("model", [_ReusedNorm, _ReusedWithResidual], ids=["tanh", "tanh_and_residual"])
 def test_other_readers_are_named_once(model, fusions):
-    """A site declined because its normalized tensor has other readers says so once, in one wording, whether the
-    regrouped family alone declined it or the prologue family too; the record is the family's that decided."""
+    """A site declined because its normalized tensor has other readers says so once, in one wording, with every
+    family enabled or the regrouped one alone; the record is regrouped_norm's (the post-norm family does not take
+    a norm that no matmul produces), and the residual add, which the rewrite normalizes on load, is no obstacle."""
     torch.manual_seed(0)
     site = _declined_norm_site(model(), fusions)
     assert site.reason.count("also used by") == 1, site.reason
     assert "aten.tanh.default" in site.reason and site.reason.endswith("so it would still be written"), site.reason
-    prologue_too = "layer_norm_matmul" in fusions
-    assert site.fusion == ("layer_norm_matmul" if prologue_too else "regrouped_norm"), site.line()
-    # the residual add is an obstacle only to the prologue family, which cannot normalize it on load
-    assert ("aten.add.Tensor" in site.reason) == (prologue_too and model is _ReusedWithResidual), site.reason
+    assert site.fusion == "regrouped_norm", site.line()
+    assert "aten.add.Tensor" not in site.reason, site.reason
 
 
 @pytest.mark.parametrize("norm", ["rms", "ln"])
-def test_site_declined_by_regrouped_alone_is_its_record(norm):
-    """With regrouped_norm the only family enabled, a site it declines (here: policy "never") is recorded under
-    regrouped_norm, not under the prologue family whose matcher found the norm; with that family enabled too, the
-    record stays the prologue family's."""
+def test_site_declined_by_regrouped_is_its_record(norm):
+    """A pre-norm site the regrouped rewrite declines (here: policy "never") is recorded under regrouped_norm, in
+    its own wording, with it the only family enabled or every family (no other family takes a pre-norm site)."""
     from tests.helpers import LlamaRMSNorm
 
     torch.manual_seed(0)
     model = nn.Sequential(LlamaRMSNorm(32) if norm == "rms" else nn.LayerNorm(32), nn.Linear(32, 48))
-    site = _declined_norm_site(model, ("regrouped_norm",), policy="never")
-    assert site.fusion == "regrouped_norm", site.line()
-    assert "policy" in site.reason and not site.reason.startswith("regrouped:"), site.reason  # its own: no prefix
-    older = "rms_norm_matmul" if norm == "rms" else "layer_norm_matmul"
-    site = _declined_norm_site(model, ("regrouped_norm", older), policy="never")
-    assert site.fusion == older, site.line()
+    for fusions in (("regrouped_norm",), nfi.KNOWN_FUSIONS):
+        site = _declined_norm_site(model, fusions, policy="never")
+        assert site.fusion == "regrouped_norm", site.line()
+        assert "policy" in site.reason and not site.reason.startswith("regrouped:"), site.reason  # no prefix
 
 
 @pytest.mark.parametrize("index", range(len(eg.GPU_CONFIGS) if CUDA else 1))

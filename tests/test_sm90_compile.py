@@ -7,8 +7,8 @@ cubin, and reports them.
 
 How: conftest.py sets TRITON_INTERPRET=1 before the kernels are imported, which makes every @triton.jit an
 interpreter function in this process. So each kernel module is compiled in a subprocess without it: this file run
-as a script (``python tests/test_sm90_compile.py norm_gemm``). The script calls the module's own host code
-(forward, backward, matmul_norm, ...) on small CPU tensors that claim to be on the GPU, so that the host code
+as a script (``python tests/test_sm90_compile.py epilogue_gemm``). The script calls the module's own host code
+(launch, post_norm_gemm, forward, backward, ...) on small CPU tensors that claim to be on the GPU, so that the host code
 picks its GPU block configs, with the kernels replaced by recorders. Each distinct recorded launch (argument types
 and constexpr flags as the launch code made them) is then compiled for sm_90. It prints one line per launch, "ok"
 or "FAIL" with the error, and exits non-zero on a failure. A kernel (``*_kernel``) that no scenario launches is a
@@ -30,7 +30,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("epilogue_gemm", "norm_gemm", "norm_gemm_gluon", "norm_attention")
+MODULES = ("epilogue_gemm", "norm_attention")
 
 
 def _skip_reason():
@@ -97,18 +97,15 @@ def _record(module, scenario) -> list:
     """The launches ``scenario(module)`` makes, with the module's kernels replaced by recorders meanwhile."""
     import triton
 
-    from norm_fusion_inductor.kernels import row_norm  # the pre-pass the norm-GEMM modules share
-
     launches = []
-    kernels = {(m, n): f for m in (module, row_norm) for n, f in vars(m).items()
-               if isinstance(f, triton.runtime.JITFunction)}
+    kernels = {n: f for n, f in vars(module).items() if isinstance(f, triton.runtime.JITFunction)}
     try:
-        for (owner, name), kernel in kernels.items():
-            setattr(owner, name, _Recorder(kernel, launches))
+        for name, kernel in kernels.items():
+            setattr(module, name, _Recorder(kernel, launches))
         scenario(module)
     finally:
-        for (owner, name), kernel in kernels.items():
-            setattr(owner, name, kernel)
+        for name, kernel in kernels.items():
+            setattr(module, name, kernel)
     return launches
 
 
@@ -129,10 +126,6 @@ def _specialize(value):
         return ("i32" if -2**31 <= value < 2**31 else "i64"), value % 16 == 0
     if isinstance(value, float):
         return "fp32", False
-    if type(value).__name__ == "TensorDescriptor":  # a Gluon host descriptor: its block type and layout
-        from triton.runtime.jit import mangle_type
-
-        return mangle_type(value), False
     raise TypeError(f"argument {value!r}")
 
 
@@ -150,8 +143,6 @@ def _compile_spec(kernel, args, kwargs) -> dict:
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     options = {k: v for k, v in kwargs.items() if k not in names}  # num_warps, num_stages, ...
-    if "num_warps" in names:  # a Gluon kernel takes num_warps as a constexpr too
-        options["num_warps"] = kwargs["num_warps"]
     return dict(kernel=kernel.__name__, module=kernel.fn.__module__, signature=signature, constexprs=constexprs,
                 attrs=attrs, options=options)
 
@@ -174,8 +165,6 @@ def _compile_sm90(spec: dict):
 
     kernel = getattr(sys.modules[spec["module"]], spec["kernel"])
     start = time.perf_counter()
-    if kernel.is_gluon():
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     try:
         src = ASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
@@ -201,106 +190,6 @@ def _resources(compiled, label: str) -> None:
     print(f"resources {label}: {' | '.join(lines)}", flush=True)
 
 
-def hgmma_gaps(sass: str) -> list:
-    """Per asynchronous wgmma in ``sass`` (cuobjdump -sass): how many other instructions sit between its first
-    HGMMA and its last (the one that commits the group, ``gsb0``)."""
-    import re
-
-    gaps, inside = [], None
-    for instruction in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass):
-        if "HGMMA" in instruction:
-            inside = inside or 0
-            if "gsb0" in instruction:
-                gaps.append(inside)
-                inside = None
-        elif inside is not None:
-            inside += 1
-    return gaps
-
-
-MAX_HGMMA_GAP = 24  # the plain GEMM's wgmmas: 11-12 (descriptor arithmetic); the row sums interleaved: 100-190
-
-
-def _sass_of(spec) -> str:
-    import tempfile
-
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from norm_fusion_inductor.kernels import norm_gemm_gluon
-
-    kernel = getattr(norm_gemm_gluon, spec["kernel"])
-    src = GluonASTSource(fn=kernel, signature=spec["signature"], constexprs=spec["constexprs"], attrs=spec["attrs"])
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-
-
-def main_hgmma_gaps() -> int:
-    """The Gluon in-loop kernels (both schedules, RMSNorm and LayerNorm) with the row sums in their own basic
-    block (STATS_OWN_BLOCK): each wgmma's HGMMAs issued back to back, at most MAX_HGMMA_GAP instructions apart.
-    The default build is printed beside them (ptxas interleaves the sums there)."""
-    from norm_fusion_inductor.kernels import norm_gemm, tuning
-    from norm_fusion_inductor.kernels import norm_gemm_gluon as ngg
-
-    norm_gemm._num_sms = ngg._num_sms = lambda index: 132
-    M, K, N = 1024, 1024, 1024
-    x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
-    rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
-
-    def in_loop(module):
-        cached_launch = module._cached_launch
-        module._cached_launch = lambda kernel, grid, args, meta, device: kernel[grid()](*args, **meta)
-        try:
-            for cfg in (module.CONFIGS[0], module.WS_CONFIGS[0]):
-                module.launch(x, w, out, cfg, row_stats=module.RMS_STATS, rstd=rstd, eps=1e-6, write_stats=True)
-                module.launch(x, w, out, cfg, row_stats=module.LN_STATS, bias=_empty(N, dtype=torch.float32),
-                              rstd=rstd, mean=mean, u=u, eps=1e-6, write_stats=True)
-        finally:
-            module._cached_launch = cached_launch
-
-    failed = 0
-    for own_block in (False, True):
-        with tuning.override(gluon_stats_own_block=own_block):
-            launches = _record(ngg, in_loop)
-        for launch in launches:
-            spec = _compile_spec(*launch)
-            gaps = hgmma_gaps(_sass_of(spec))
-            bad = own_block and (not gaps or max(gaps) > MAX_HGMMA_GAP)
-            failed += bad
-            print(f"{'FAIL' if bad else 'ok  '} {_label(spec)}: instructions inside each wgmma {gaps}")
-    return 1 if failed else 0
-
-
-@pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
-def test_row_sums_in_their_own_block_leave_the_hgmmas_back_to_back():
-    """norm_gemm_gluon._stats_gate: with STATS_OWN_BLOCK the in-loop row sums no longer sit between a wgmma's
-    HGMMAs in the sm_90 SASS (checked on the cubin the GPU would run)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, __file__, "--hgmma-gaps"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    print(proc.stdout)
-    if proc.returncode != 0:
-        pytest.fail(f"{proc.stdout}\n{proc.stderr[-3000:]}", pytrace=False)
-
-
-def test_hgmma_gaps_reads_cuobjdump_output():
-    sass = """
-        /*2d90*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24 ;   /* 0x0 */
-        /*2da0*/                   FFMA R1, R2, R3, R4 ;                             /* 0x0 */
-        /*2db0*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24, gsb0 ;   /* 0x0 */
-        /*2dc0*/                   FADD R1, R2, R3 ;                                 /* 0x0 */
-        /*2dd0*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR24], R24, gsb0 ;   /* 0x0 */
-    """
-    assert hgmma_gaps(sass) == [1, 0]
-
-
 def _innermost(e: BaseException) -> str:
     """A compile error's cause and where in the source: Triton nests the cause under one CompilationError per
     @jit call level; the innermost one shows the line."""
@@ -319,52 +208,6 @@ def _innermost(e: BaseException) -> str:
 
 # Launch scenarios: each module's host code, called as the plugin (and benchmarks) call it, on GPU-sized bf16
 # operands; statistics, partials and counters are whatever the host code allocates.
-
-def _norm_gemm(ng):
-    ng._num_sms = lambda index: 132  # _launch asks the "GPU" for its SM count: an H100's / H200's
-    M, K, N, eps = 1024, 1024, 2048, 1e-6
-    x, g, b = _empty(M, K), _empty(K), _empty(N)
-
-    def weight(n, k, w_kn):
-        return _empty(k, n) if w_kn else _empty(n, k)
-
-    # pre-norm, RMSNorm: both prologues x every block config the GPU tunes over; γ, bias, weight layout varied
-    for i, plan in enumerate(ng._candidate_plans(x)):
-        w_kn = i % 2 == 1
-        ng.rms_norm_matmul(x, g if i % 3 else None, weight(N, K, w_kn), b if i % 4 else None, eps, plan=plan,
-                           w_kn=w_kn)
-    # LayerNorm: every plan the GPU tunes over (in-loop where K % BLOCK_K == 0, the pre-pass); β and bias fold
-    # into an fp32 bias
-    for i, plan in enumerate(ng._candidate_plans(x, center=True)):
-        ng.layer_norm_matmul(x, g if i % 2 else None, g if i % 3 else None, weight(N, K, i % 2 == 1),
-                             b if i % 2 else None, eps, plan=plan, w_kn=i % 2 == 1)
-    # LayerNorm in-loop with K not a multiple of BLOCK_K (the masked variant: no GPU plan, benchmarks force it)
-    ng.layer_norm_matmul(_empty(M, K - 8), g[:K - 8], g[:K - 8], weight(N, K - 8, False), b, eps,
-                         plan=("in_loop", ng._GPU_CONFIGS[0]))
-    # fp32 inputs with TF32 allowed: DOT_PRECISION "tf32" (16-bit inputs: "ieee"), the halved K tiles
-    torch.backends.cuda.matmul.allow_tf32 = True
-    x32 = _empty(M, K, dtype=torch.float32)
-    ng.rms_norm_matmul(x32, _empty(K, dtype=torch.float32), _empty(N, K, dtype=torch.float32), None, eps,
-                       plan=ng._candidate_plans(x32)[0])
-
-    # the row-norm epilogues, with two complementary sets of flags (a: even plans, b: odd ones)
-    post_a = dict(layer_norm=True, bias=True, residual=True, write_z=True, norm_weight=True, norm_bias=True,
-                  residual_out=False, w_kn=False)
-    post_b = dict(layer_norm=False, bias=False, residual=False, write_z=False, norm_weight=False, norm_bias=False,
-                  residual_out=True, w_kn=True)
-
-    def post(n, plan, layer_norm, bias, residual, write_z, norm_weight, norm_bias, residual_out, w_kn):
-        ng.matmul_norm(x, weight(n, K, w_kn), _empty(n) if bias else None, _empty(M, n) if residual else None,
-                       _empty(n) if norm_weight else None, _empty(n) if norm_bias else None, eps,
-                       layer_norm=layer_norm, write_z=write_z, plan=plan, w_kn=w_kn,
-                       residual_out=_empty(M, n) if residual_out else None)
-
-    # every plan the GPU tunes over, at widths 256 and 96 (whole rows per tile), both flag sets on each
-    for width in (256, 96):
-        for plan in ng._post_candidate_plans(x, width):
-            for flags in (post_a, post_b):
-                post(width, plan, **flags)
-
 
 def _epilogue_gemm(eg):
     eg._num_sms = lambda index: 132
@@ -421,46 +264,34 @@ def _epilogue_gemm(eg):
         eg.launch(cfg, _empty(M, N), _empty(N, K), _empty(M, K), w_kn=True, residual=_empty(M, K), scale=rows,
                   shift=rows, epilogue=eg.Epilogue(residual=True, norm_backward="rms"), x=_empty(M, K),
                   gamma=_empty(K), colpart=_empty(M // 128, K, dtype=torch.float32))
+    _post_norm(eg, a)
 
 
-def _norm_gemm_gluon(ngg):
-    from norm_fusion_inductor.kernels import norm_gemm
+def _post_norm(eg, a):
+    """The post-norm piece (whole rows in a tile) through its host entry, as the op and the direct launch call it:
+    rows of 256, 96 and 24 columns (BLOCK_N 256, 128, 64), every config the tuner offers for each
+    (``_configs``), LayerNorm with every operand on (the most registers: bias, residual, γ, β, z written, a
+    residual after the norm); RMSNorm with every operand on at each width; each norm with none of them (W [K, N],
+    eps from a tensor) once per width."""
+    M, K = a.shape
 
-    norm_gemm._num_sms = ngg._num_sms = lambda index: 132
-    M, K, N = 1024, 1024, 1024
-    x, w, out = _empty(M, K), _empty(N, K), _empty(M, N)
-    rstd, mean, u = (_empty(n, dtype=torch.float32) for n in (M, M, N))
-    cached_launch = ngg._cached_launch
-    ngg._cached_launch = lambda kernel, grid, args, meta, device: kernel[grid()](*args, **meta)  # no CUDA here
+    def post(cfg, n, layer_norm, full, w_kn=False):
+        eg.post_norm_gemm(a, _empty(K, n) if w_kn else _empty(n, K), _empty(n) if full else None,
+                          _empty(M, n) if full else None, _empty(n) if full else None,
+                          _empty(n) if full and layer_norm else None, 1e-6 if full else _empty(1, dtype=torch.float32),
+                          layer_norm=layer_norm, write_z=full, w_kn=w_kn, residual_after=_empty(M, n) if full else None,
+                          config=cfg)
 
-    def variants(cfg, w, w_kn=False):
-        # plain GEMM; RMSNorm and LayerNorm in-loop; the pre-pass's row scale (LayerNorm)
-        ngg.launch(x, w, out, cfg, w_kn=w_kn)
-        ngg.launch(x, w, out, cfg, row_stats=ngg.RMS_STATS, bias=_empty(N), rstd=rstd, eps=1e-6, write_stats=True,
-                   w_kn=w_kn)
-        ngg.launch(x, w, out, cfg, row_stats=ngg.LN_STATS, bias=_empty(N, dtype=torch.float32), rstd=rstd,
-                   mean=mean, u=u, eps=1e-6, write_stats=True, w_kn=w_kn)
-        ngg.launch(x, w, out, cfg, row_scale=True, rstd=rstd, mean=mean, u=u, eps=1e-6, w_kn=w_kn)
-
-    try:
-        # on both kernels (the warp-specialized one's configs are not offered to the selection yet, but compiled
-        # here)
-        for cfg in ngg.CONFIGS + ngg.WS_CONFIGS:
-            variants(cfg, w)
-        # the weight stored [K, N] (W_KN, GPT-2's Conv1D; not offered yet either): the production configs and
-        # one warp-specialized config, to keep the compile time down
-        for cfg in ngg.CONFIGS + ngg.WS_CONFIGS[:1]:
-            variants(cfg, _empty(K, N), w_kn=True)
-        # the post-norm "row" epilogue (whole rows per tile, not offered yet): RMSNorm and LayerNorm with every
-        # operand on, on the production configs that hold N = 256 and one warp-specialized config
-        n = 256
-        for cfg in [c for c in ngg.CONFIGS if c["BLOCK_N"] >= n] + ngg.WS_CONFIGS[:1]:
-            for layer_norm in (False, True):
-                norm_gemm.matmul_norm(x, _empty(n, K), _empty(n), _empty(M, n), _empty(n),
-                                      _empty(n) if layer_norm else None, 1e-6, layer_norm=layer_norm,
-                                      plan=("gluon_row", cfg), write_z=True, residual_out=_empty(M, n))
-    finally:
-        ngg._cached_launch = cached_launch
+    for n in (256, 96, 24):
+        configs = eg._configs(a, eg.Epilogue(post_norm="ln"), n)
+        assert {c["BLOCK_N"] for c in configs} == {max(64, 1 << (n - 1).bit_length())}, configs
+        for cfg in configs:
+            post(cfg, n, layer_norm=True, full=True)
+        rms_configs = eg._configs(a, eg.Epilogue(post_norm="rms"), n)
+        for cfg in rms_configs if n == 256 else rms_configs[:1]:
+            post(cfg, n, layer_norm=False, full=True)
+        for layer_norm in (False, True):
+            post(configs[0], n, layer_norm=layer_norm, full=False, w_kn=True)
 
 
 def _norm_attention(na):
@@ -492,10 +323,15 @@ def _norm_attention(na):
                         merged=True)
 
 
-SCENARIOS = {"epilogue_gemm": _epilogue_gemm, "norm_gemm": _norm_gemm, "norm_gemm_gluon": _norm_gemm_gluon, "norm_attention": _norm_attention}
+SCENARIOS = {"epilogue_gemm": _epilogue_gemm, "norm_attention": _norm_attention}
 # Inductor's generated code launches these itself (direct launch) and passes Python floats as fp64 (Triton's
-# launcher: fp32): their first launch is compiled that way too
-FP64_SCALARS = ("norm_gemm_kernel", "row_stats_kernel")
+# launcher: fp32): the first launch of each kind named here (a predicate on the launch) is compiled that way too.
+# The epilogue GEMM's norm eps (the post-norm's, the per-head norm's) is such a float when it is not a graph tensor.
+FP64_SCALARS = {"epilogue_gemm_kernel": (
+    lambda spec: _constexpr(spec, "POST_NORM") == 2 and not _constexpr(spec, "EPS_FROM_PTR"),
+    lambda spec: _constexpr(spec, "POST_NORM") == 1 and not _constexpr(spec, "EPS_FROM_PTR"),
+    lambda spec: _constexpr(spec, "HEAD_DIM") != 0 and not _constexpr(spec, "EPS_FROM_PTR"),
+)}
 # Launches not compiled, to keep the test fast: the dq̂ kernel of two GDPA activations (gelu, relu2); they differ
 # from the others in _activation_grad only, which their dK/dV kernel compiles too
 LEAVE_OUT = {"norm_attention": lambda spec: spec["kernel"] == "_dq_hat_kernel" and _constexpr(spec, "ACT") in (1, 4)}
@@ -516,10 +352,15 @@ def compile_module(module, scenario) -> list:
         specs.setdefault(repr(spec), spec)
     leave_out = LEAVE_OUT.get(module.__name__.rsplit(".", 1)[-1], lambda spec: False)
     specs = [spec for spec in specs.values() if not leave_out(spec)]
-    for name in FP64_SCALARS:
-        spec = next((s for s in specs if s["kernel"] == name), None)
-        if spec is not None:
+    for name, kinds in FP64_SCALARS.items():
+        if not any(s["kernel"] == name for s in specs):
+            continue  # another module's kernel
+        for kind in kinds:
+            spec = next((s for s in specs if s["kernel"] == name and kind(s)), None)
+            if spec is None:
+                raise AssertionError(f"no launch of {name} for an fp64 scalar variant: the scenario changed")
             signature = {k: "fp64" if t == "fp32" else t for k, t in spec["signature"].items()}
+            assert signature != spec["signature"], f"{name}: no fp32 scalar to widen"
             specs.append(dict(spec, signature=signature))
     context = multiprocessing.get_context("fork")  # the workers find the module (and its kernels) in sys.modules
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
@@ -547,4 +388,4 @@ def main(name: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main_hgmma_gaps() if sys.argv[1] == "--hgmma-gaps" else main(sys.argv[1]))
+    sys.exit(main(sys.argv[1]))

@@ -1,8 +1,8 @@
 """A site the plugin leaves unfused must compile to exactly the code torch.compile makes without the plugin: the
-"never slower" promise at the level of the generated code. On the CPU every site of the older families is unfused
-("no fused kernel for device 'cpu'"), so the plugin's passes run, record the sites and must leave the graph as
-Inductor would. Those families alone (OLDER_FUSIONS): regrouped normalization, on by default, runs its kernel in the
-Triton interpreter here and would rewrite the pre-norm sites."""
+"never slower" promise at the level of the generated code. With policy "never" every family matches its sites,
+records them and declines them (on the CPU, policy "auto" would rewrite the pre-norm sites: regrouped
+normalization runs its kernel in the Triton interpreter), so the plugin's passes run and must leave the graph as
+Inductor would."""
 import re
 
 import pytest
@@ -11,8 +11,6 @@ import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
 import norm_fusion_inductor as nfi
-
-from .helpers import OLDER_FUSIONS
 
 M, K, N = 64, 48, 32
 
@@ -43,7 +41,10 @@ def test_unfused_site_compiles_to_the_default_code(block):
     args = (torch.randn(M, K), torch.rand(K) + 0.5, torch.randn(K), torch.randn(N, K), torch.randn(N))
     default = _launches(block, *args)
     nfi.clear_reports()
-    plugin = _launches(block, *args, backend="norm_fusion", options={"norm_fusion": {"fusions": OLDER_FUSIONS}})
+    plugin = _launches(block, *args, backend="norm_fusion", options={"norm_fusion": {"policy": "never"}})
     reports = nfi.reports()
-    assert reports and not any(r.rewritten for r in reports)  # the passes saw the site and left it
+    # the passes saw the site (the family that matches it: regrouped for the pre-norms, post-norm after the
+    # matmul) and left it
+    assert [r.fusion for r in reports] == ["matmul_norm" if block is _post_ln else "regrouped_norm"], reports
+    assert not any(r.rewritten for r in reports)
     assert default and plugin == default

@@ -1,5 +1,6 @@
-"""Print what Inductor generates for one RMSNorm → linear site with the plugin (policy "always"): the kernel
-launches of the call() function, to check the fused kernel is launched directly and nothing copies x first.
+"""Print what Inductor generates for one RMSNorm → linear site with the plugin (policy "always", the regrouped
+rewrite): the kernel launches of the call() function, to check the epilogue GEMM is launched directly and nothing
+copies x first.
 
     python benchmarks/diagnostics/launch_code.py [MxKxN] [--norm ln] [--full]
 """
@@ -38,40 +39,6 @@ def main():
     print("\n".join(line for line in src.splitlines() if "user_autotune" in line or "triton_meta=" in line))
     print("\n".join(line for line in body.splitlines()
                     if any(k in line for k in (".run(", "clone", "copy", "extern", "empty"))))
-    # the binaries Inductor launched, next to the ones Triton's own JIT built for the same kernel
-    from torch._inductor.codecache import PyCodeCache
-
-    from norm_fusion_inductor.kernels import norm_gemm as kern
-
-    def describe(b):
-        md = b.metadata
-        return (f"warps {md.num_warps} stages {md.num_stages} shared {getattr(md, 'shared', '?')} "
-                f"regs {getattr(b, 'n_regs', '?')} spills {getattr(b, 'n_spills', '?')}")
-
-    for mod in list(PyCodeCache.modules):
-        k = getattr(mod, "norm_gemm_kernel_0", None)
-        for launcher in getattr(k, "launchers", []):
-            print("inductor launcher config:", getattr(launcher, "config", "?"))
-        for result in getattr(k, "compile_results", []):
-            binary = getattr(result, "kernel", None)
-            if binary is not None:
-                print("inductor:", describe(binary), dict(binary.src.constants) if hasattr(binary, "src") else "")
-    from triton.testing import do_bench_cudagraph
-
-    from norm_fusion_inductor import selection
-
-    plans = [v["plan"] for v in selection._MEMORY.values() if v.get("plan")]
-    print("plan of the site:", plans)
-    print("plugin", do_bench_cudagraph(lambda: c(x, g, w), return_mode="median"))
-    for plan in plans:
-        plan = tuple(plan)
-        print("jit, same plan", do_bench_cudagraph(lambda: kern.rms_norm_matmul(x, g, w, None, 1e-6, plan=plan),
-                                                   return_mode="median"))
-    print("jit, tuned now", kern.tuned_plan(x, w, g, None, 1e-6),
-          do_bench_cudagraph(lambda: kern.rms_norm_matmul(x, g, w, None, 1e-6), return_mode="median"))
-    for cache in kern.norm_gemm_kernel.device_caches.values():
-        for binary in cache[0].values():
-            print("jit:", describe(binary))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
+* ``POST_NORM`` — the post-norm: the norm of z over whole rows (N ≤ BLOCK_N, one tile holds a row),
+  1: y = z·rstd·γ + β, rstd = rsqrt(mean(z²) + eps); 2: y = (z − μ)·rstd·γ + β, rstd = rsqrt(var(z) + eps), from
+  the fp32 z; μ (LayerNorm) and rstd stored per row [M] fp32 for the backward. With ``RESIDUAL_AFTER`` a second
+  residual tile is added after the norm (r + norm(z), sandwich-norm models). z is the norm's input: ``WRITE_AUX``
+  stores it (the residual stream the next block reads).
 * ``WRITE_AUX`` — z itself stored to ``aux`` (the pre-activation value that the backward reads); with
   ``HEAD_DIM``, z before the per-head norm (the norm's input, which its backward reads).
 * ``STATS`` — the producer side: per row and per BLOCK_N segment of columns, the partial statistics of z as
@@ -120,6 +125,26 @@ def _normalized_residual(r, scale_ptr, shift_ptr, weight_ptr, bias_ptr, offs_m, 
     if HAS_BIAS:
         r = _add_columns(r, bias_ptr, offs_n, N)
     return r
+
+
+@triton.jit
+def _post_norm(z, weight_ptr, bias_ptr, mean_ptr, rstd_ptr, eps, offs_m, offs_n, M, N, CENTER: tl.constexpr,
+               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The norm of whole rows (the tile holds all N columns; those beyond N are zero from TMA):
+    (z − μ)·rstd·γ + β (LayerNorm) or z·rstd·γ + β (RMSNorm); μ and rstd stored per row."""
+    valid = (offs_n < N)[None, :]
+    if CENTER:
+        mean = tl.sum(z, axis=1) / N
+        z = tl.where(valid, z - mean[:, None], 0.0)
+        tl.store(mean_ptr + offs_m, mean, mask=offs_m < M)
+    rstd = tl.rsqrt(tl.sum(z * z, axis=1) / N + eps)
+    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+    z = z * rstd[:, None]
+    if HAS_WEIGHT:
+        z = z * tl.load(weight_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        z = _add_columns(z, bias_ptr, offs_n, N)
+    return z
 
 
 @triton.jit
@@ -252,16 +277,20 @@ def _rms_backward(dn, x, rstd_ptr, gamma_ptr, colpart_ptr, row_mean_ptr, offs_m,
 def epilogue_gemm_kernel(
     a_ptr, w_ptr, out_ptr, aux_ptr, res_ptr, bias_ptr, scale_ptr, shift_ptr, u_ptr, part_ptr,
     res_scale_ptr, res_shift_ptr, res_weight_ptr, res_bias_ptr, x_ptr, gamma_ptr, colpart_ptr,
-    head_weight_ptr, cos_ptr, sin_ptr, head_eps, head_eps_ptr,
+    head_weight_ptr, cos_ptr, sin_ptr, norm_eps, norm_eps_ptr,
+    post_bias_ptr, mean_ptr, rstd_ptr, res_after_ptr,
     M, N, K, stride_am, stride_wn, stride_om, stride_rm, stride_xm,
     ROW_NORM: tl.constexpr,  # 0 none, 1 RMSNorm (row scale), 2 LayerNorm (row scale and mean correction)
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
     HEAD_DIM: tl.constexpr,  # 0 none, else a per-head piece over each HEAD_DIM columns
     HEAD_NORM: tl.constexpr,  # with HEAD_DIM: the per-head RMSNorm (off: the rotary embedding alone)
-    HEAD_EPS_FROM_PTR: tl.constexpr,  # its eps read from head_eps_ptr (a graph tensor), not head_eps
+    EPS_FROM_PTR: tl.constexpr,  # the norm's eps (per-head or post-norm) read from norm_eps_ptr, not norm_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
+    POST_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of z over whole rows (N <= BLOCK_N)
+    HAS_POST_WEIGHT: tl.constexpr, HAS_POST_BIAS: tl.constexpr,
+    RESIDUAL_AFTER: tl.constexpr,  # a residual tile added after the post-norm
     ACTIVATION: tl.constexpr,  # index into ACTIVATIONS (of the gate's activation when GATED)
     GATED: tl.constexpr,
     FAST_SIGMOID: tl.constexpr,  # σ and tanh on one MUFU operation (bf16 outputs on the GPU)
@@ -338,7 +367,7 @@ def epilogue_gemm_kernel(
         if HEAD_DIM != 0:
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
-            eps = tl.load(head_eps_ptr).to(tl.float32) if HEAD_EPS_FROM_PTR else head_eps
+            eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
             acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE, BLOCK_M,
                              BLOCK_N, HEAD_DIM)
         if HAS_RESIDUAL:
@@ -354,6 +383,14 @@ def epilogue_gemm_kernel(
             if STATS != 0:
                 _row_partials(z_stored.to(tl.float32), part_ptr, offs_m, off_n, pid_n, M, N, STATS, BLOCK_N,
                               STATS_WIDTH, BLOCK_M)
+        if POST_NORM != 0:
+            eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
+            acc = _post_norm(acc, gamma_ptr, post_bias_ptr, mean_ptr, rstd_ptr, eps, offs_m, offs_n, M, N,
+                             POST_NORM == 2, HAS_POST_WEIGHT, HAS_POST_BIAS)
+            if RESIDUAL_AFTER:
+                after = tl.load(res_after_ptr + offs_m[:, None] * N + offs_n[None, :],
+                                mask=(offs_m < M)[:, None] & (offs_n < N)[None, :], other=0.0)
+                acc = acc + after.to(tl.float32)
         if GATED:
             gated = _gated(acc, ACTIVATION, BLOCK_M, BLOCK_N, dtype == tl.float32, FAST_SIGMOID)
             o_desc.store([off_m, off_n // 2], gated.to(dtype))
@@ -364,6 +401,17 @@ def epilogue_gemm_kernel(
 # --- host side ------------------------------------------------------------------------------------------------
 
 MAX_HEAD_DIM = 256  # the widest BLOCK_N: a tile holds whole heads
+MAX_POST_NORM_N = 256  # the post-norm's whole rows in one tile: the widest BLOCK_N (TMA's largest box)
+
+
+def post_norm_problem(M: int, N: int) -> Optional[str]:
+    """Why the post-norm piece cannot take rows of this shape, or None."""
+    if N > MAX_POST_NORM_N:
+        return (f"N={N} > {MAX_POST_NORM_N}: the post-norm epilogue needs whole rows in one tile (the regrouped "
+                f"rewrite, fusion 'regrouped_norm', takes wider rows)")
+    if M * N >= 2 ** 31:
+        return f"M*N = {M * N} overflows the post-norm epilogue's 32-bit offsets"
+    return None
 
 
 def head_dim_problem(head_dim: int) -> Optional[str]:
@@ -388,6 +436,8 @@ class Epilogue:
     head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
     rope: bool = False  # the rotary embedding after the per-head norm
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
+    post_norm: str = "none"  # "none" | "rms" | "ln": the norm of z over whole rows (N <= MAX_POST_NORM_N)
+    residual_after: bool = False  # with post_norm: a residual added after the norm
 
     def __post_init__(self):
         if self.row_norm not in STATS:
@@ -416,6 +466,14 @@ class Epilogue:
             raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
             raise ValueError("a per-head norm (QK-norm) takes no residual, statistics or activation after it")
+        if self.post_norm not in STATS:
+            raise ValueError(f"epilogue post_norm must be one of {tuple(STATS)}, got {self.post_norm!r}")
+        if self.post_norm != "none" and (self.row_norm != "none" or self.stats != "none" or self.head_dim
+                                         or self.activation != "none" or self.norm_backward != "none"):
+            raise ValueError("the post-norm takes bias and residuals only: no row norm, statistics, per-head norm "
+                             "or activation with it")
+        if self.residual_after and self.post_norm == "none":
+            raise ValueError("residual_after is added after the post-norm: it needs post_norm")
 
     @property
     def gated(self) -> bool:
@@ -498,6 +556,8 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
     if epilogue.head_dim and N % epilogue.head_dim:
         return f"a per-head norm needs whole heads: N={N}, head_dim={epilogue.head_dim}"
+    if epilogue.post_norm != "none":
+        return post_norm_problem(a.shape[0], N)
     return None
 
 
@@ -511,9 +571,10 @@ def norm_backward_block_m(device: torch.device) -> int:
     return NORM_BACKWARD_BLOCK_M if device.type == "cuda" else INTERPRETER_CONFIG["BLOCK_M"]
 
 
-def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
-    if not a.is_cuda:  # whole heads in a tile
-        return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], epilogue.head_dim))]
+def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
+    whole_rows = triton.next_power_of_2(N) if epilogue.post_norm != "none" else 0
+    if not a.is_cuda:  # whole heads (or rows) in a tile
+        return [dict(INTERPRETER_CONFIG, BLOCK_N=max(INTERPRETER_CONFIG["BLOCK_N"], epilogue.head_dim, whole_rows))]
     if epilogue.norm_backward != "none":
         configs = norm_backward_configs()
         return [dict(c, BLOCK_K=32) for c in configs] if a.dtype == torch.float32 else configs
@@ -528,7 +589,11 @@ def _configs(a: torch.Tensor, epilogue: Epilogue) -> list[dict]:
         if a.dtype == torch.float32:  # Triton 3.6 on sm_90 computed the per-head norm + RoPE with the aux store
             # wrong (output off by 0.6-1.0 relative) on 128-row tiles of 4 warps at two CTAs per SM, fp32 only
             return [c for c in configs if not (c["BLOCK_M"] == 128 and c.get("CTAS_PER_SM", 1) == 2)]
-    return configs
+    if whole_rows:  # the GEMM configs with BLOCK_N the rows' width (at least 64), each once; at most 128 fp32
+        # accumulator registers per thread (4-warp 128x256 tiles spilled 4-6 KB in ptxas, tests/test_sm90_compile.py)
+        shaped = [dict(c, BLOCK_N=max(64, whole_rows)) for c in configs]
+        shaped = [c for c in shaped if c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 32 * c["num_warps"]]
+        return [c for i, c in enumerate(shaped) if c not in shaped[:i]]
     return configs
 
 
@@ -555,9 +620,24 @@ class HeadNorm:
     sin: torch.Tensor | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class PostNorm:
+    """The post-norm's γ and β [N] (each optional), eps (a number, or a one-element fp32 tensor on the kernel's
+    device), its outputs rstd and (LayerNorm) mean [M] fp32, and the residual added after it [M, N] (contiguous)
+    or None."""
+
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    eps: float | torch.Tensor
+    rstd: torch.Tensor
+    mean: torch.Tensor | None = None
+    residual_after: torch.Tensor | None = None
+
+
 def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, residual=None, bias=None,
            scale=None, shift=None, u=None, partials=None, residual_norm: ResidualNorm | None = None,
-           x=None, gamma=None, colpart=None, head_norm: HeadNorm | None = None, compile_only: bool = False) -> None:
+           x=None, gamma=None, colpart=None, head_norm: HeadNorm | None = None, post_norm: PostNorm | None = None,
+           compile_only: bool = False) -> None:
     """One launch with block config ``cfg``; every tensor the epilogue reads or writes given, the rest None.
     ``compile_only``: compile the kernel for these arguments (Triton's ``warmup``) without launching it."""
     M, K = a.shape
@@ -576,6 +656,9 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     device = torch.device("cuda") if a.is_cuda else a.device  # the kind of device the kernel compiles for
     dummy = unused_pointer(a)  # never touched: the flags that would read it are off
     kernel = launcher(epilogue_gemm_kernel, a)
+    if post_norm is not None:
+        gamma = post_norm.weight
+    eps = head_norm.eps if head_norm is not None else post_norm.eps if post_norm is not None else 0.0
     # a symbolic M (a direct launch traced under dynamic shapes) takes the whole persistent grid: min() would
     # guard on M, and programs without a tile exit at once
     grid = (programs,) if isinstance(M, torch.SymInt) else (min(programs, tiles),)
@@ -587,17 +670,22 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         *(t if t is not None else dummy for t in (x, gamma, colpart)),
         *(t if t is not None else dummy for t in (
             (head_norm.weight, head_norm.cos, head_norm.sin) if head_norm is not None else (None,) * 3)),
-        head_norm.eps if head_norm is not None and not isinstance(head_norm.eps, torch.Tensor) else 0.0,
-        head_norm.eps if head_norm is not None and isinstance(head_norm.eps, torch.Tensor) else dummy,
+        eps if not isinstance(eps, torch.Tensor) else 0.0, eps if isinstance(eps, torch.Tensor) else dummy,
+        *(t if t is not None else dummy for t in (
+            (post_norm.bias, post_norm.mean, post_norm.rstd, post_norm.residual_after) if post_norm is not None
+            else (None,) * 4)),
         M, N, K, a.stride(0), w.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0,
         x.stride(0) if x is not None else 0)
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
-        HEAD_EPS_FROM_PTR=head_norm is not None and isinstance(head_norm.eps, torch.Tensor),
+        EPS_FROM_PTR=isinstance(eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,
         HAS_RES_BIAS=residual_norm is not None and residual_norm.bias is not None,
+        POST_NORM=STATS[epilogue.post_norm], HAS_POST_WEIGHT=gamma is not None and post_norm is not None,
+        HAS_POST_BIAS=post_norm is not None and post_norm.bias is not None,
+        RESIDUAL_AFTER=post_norm is not None and post_norm.residual_after is not None,
         ACTIVATION=epilogue.activation_index, GATED=epilogue.gated,
         FAST_SIGMOID=fast_sigmoid(out.dtype, device),
         LOAD_AFTER_MAINLOOP=tuning.current().epilogue_load_after_mainloop,
@@ -627,7 +715,7 @@ def tuned_config(a, w, w_kn: bool, epilogue: Epilogue, run) -> dict:
     """The fastest block config for this shape bucket and epilogue, timed once per process (``run(cfg)`` launches
     one config); the interpreter has one config."""
     N = w.shape[1 if w_kn else 0]
-    configs = _configs(a, epilogue)
+    configs = _configs(a, epilogue, N)
     # the kernel tuning record too: its fields change the kernel and which configs are offered
     key = (m_bucket(a.shape[0]), N, a.shape[1], a.dtype, w_kn, epilogue, tuning.current())
     if len(configs) == 1:
@@ -676,6 +764,41 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
 
     run(config or tuned_config(a, w, w_kn, epilogue, run))
     return out, aux_out, partials_out
+
+
+def post_norm_epilogue(layer_norm: bool, bias: bool, residual: bool, write_z: bool, residual_after: bool) -> Epilogue:
+    """The post-norm's epilogue pieces (``post_norm_gemm``)."""
+    return Epilogue(bias=bias, residual=residual, write_aux=write_z, post_norm="ln" if layer_norm else "rms",
+                    residual_after=residual_after)
+
+
+def post_norm_gemm(a: torch.Tensor, w: torch.Tensor, bias, residual, norm_weight, norm_bias, eps, *,
+                   layer_norm: bool, write_z: bool = False, w_kn: bool = False, residual_after=None,
+                   config: dict | None = None):
+    """The post-norm (module doc, ``POST_NORM``): y = norm(z) (+ residual_after), z = a wᵀ + bias + residual,
+    RMSNorm or (``layer_norm``) LayerNorm over z's rows with γ = ``norm_weight`` and β = ``norm_bias``; N ≤
+    MAX_POST_NORM_N. Residuals [M, N] contiguous. Returns (y, z if ``write_z`` else None, mean [M] fp32 (LayerNorm)
+    or None, rstd [M] fp32)."""
+    M, K = a.shape
+    N = w.shape[1 if w_kn else 0]
+    epilogue = post_norm_epilogue(layer_norm, bias is not None, residual is not None, write_z,
+                                  residual_after is not None)
+    out = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    z = torch.empty(M, N, device=a.device, dtype=a.dtype) if write_z else None
+    rstd = torch.empty(M, device=a.device, dtype=torch.float32)
+    mean = torch.empty(M, device=a.device, dtype=torch.float32) if layer_norm else None
+    if M == 0:
+        return out, z, mean, rstd
+    bias, residual, norm_weight, norm_bias, residual_after = (  # the kernel reads them with unit strides
+        t.contiguous() if t is not None else None for t in (bias, residual, norm_weight, norm_bias, residual_after))
+    post = PostNorm(norm_weight, norm_bias, eps, rstd, mean, residual_after)
+
+    def run(cfg, compile_only=False):
+        launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, aux=z, residual=residual, bias=bias, post_norm=post,
+               compile_only=compile_only)
+
+    run(config or tuned_config(a, w, w_kn, epilogue, run))
+    return out, z, mean, rstd
 
 
 def norm_backward_gemm(dz: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,

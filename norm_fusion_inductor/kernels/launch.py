@@ -1,4 +1,4 @@
-"""Repeated Triton/Gluon launches without the JIT's per-call work.
+"""Repeated Triton launches without the JIT's per-call work.
 
 ``kernel[grid](*args, **meta)`` binds the arguments, computes the specialization key, looks the compiled kernel
 up and builds launch metadata on every call: host time that a small kernel cannot hide

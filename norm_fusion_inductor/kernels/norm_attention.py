@@ -56,6 +56,7 @@ import triton.language as tl
 from torch import Tensor
 
 from . import launch, tuning
+from .common import ensure_allocator, num_sms
 
 ACTIVATIONS = {"softmax": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 MAX_ELEMENTS = 2**31  # element offsets are int32 in the kernels
@@ -556,9 +557,7 @@ def _row_launch(num_rows: int, width: int, device: torch.device,
     block_r = max(1, min(64, (elements or ROW_ELEMENTS) // w_pow2))
     tiles = triton.cdiv(num_rows, block_r)
     if device.type == "cuda":
-        from .norm_gemm import _num_sms
-
-        programs = min(tiles, ROW_PROGRAMS_PER_SM * _num_sms(device.index or 0))
+        programs = min(tiles, ROW_PROGRAMS_PER_SM * num_sms(device.index or 0))
     else:  # the interpreter: a few programs, each looping over several tiles
         block_r, programs = 16, min(triton.cdiv(num_rows, 16), 3)
     return (max(programs, 1),), dict(W=width, W_POW2=w_pow2, BLOCK_R=block_r, num_warps=ROW_WARPS)
@@ -611,9 +610,7 @@ def _use_tma(tma: Optional[bool], rows: list, kv: list) -> bool:
     elif tma and not _tma_ok(rows, kv):
         raise ValueError("tma=True, but an operand is not aligned or k/v do not flatten to [B·L, W]")
     if tma and rows[0].is_cuda:
-        from .norm_gemm import _ensure_allocator
-
-        _ensure_allocator()
+        ensure_allocator()
     return tma
 
 

@@ -90,6 +90,8 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return "a residual normalized on load is the Triton kernel's piece"
     if epilogue.head_dim:
         return "a per-head norm (QK-norm) is the Triton kernel's piece"
+    if epilogue.post_norm != "none":
+        return "the post-norm (whole rows in a tile) is the Triton kernel's piece"
     if epilogue.gated and epilogue.activation not in GATED:
         return f"no Quack pair function for {epilogue.activation}"
     if epilogue.write_aux and epilogue.activation == "none":

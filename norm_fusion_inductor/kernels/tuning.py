@@ -31,10 +31,6 @@ class KernelTuning:
     #: FlashNormAttention reads through tensor descriptors: right on the GPU, but its forward measured slower
     #: than the pointer path
     attention_tma: bool = False
-    #: the Gluon prologue mainloop's in-loop row sums in a basic block of their own, so that each wgmma's HGMMAs
-    #: issue back to back (offline SASS). Off until measured and checked against float64 on the GPU
-    #: (`validate_gpu.sh statsblock`)
-    gluon_stats_own_block: bool = False
     #: the epilogue GEMM's activations with bf16 outputs take σ (SiLU, tanh-GELU) and the 16-bit erf's tanh on one
     #: MUFU operation (tanh.approx.f32, relative error 2^-11, under bf16's rounding) instead of exp and a
     #: reciprocal: the epilogue is MUFU-bound at short K. 131072×512×1024 (× cuBLAS): rms + SiLU 1.39 → 1.11,

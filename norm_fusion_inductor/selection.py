@@ -85,19 +85,9 @@ def _key(site) -> str:
 def choose(site: PostNormSite, config: NormFusionConfig) -> Choice:
     """Whether the post-norm site runs as one GEMM with the norm in its epilogue (policy auto: measured
     against the unfused lower bound, ``_measured_choice``)."""
-    if config.policy == "never":
-        return Choice(False, Implementation.UNFUSED, "policy=never")
-    if site.device.type != "cuda":
-        if config.policy == "always":
-            return Choice(True, Implementation.REFERENCE,
-                          "policy=always (no fused kernel on this device: reference op)")
-        return Choice(False, Implementation.UNFUSED, f"no fused kernel for device '{site.device.type}'")
-    reason = _static_reason(site)
-    if reason is not None:
-        if config.policy == "always":
-            return Choice(True, Implementation.REFERENCE,
-                          f"policy=always, kernel cannot run it ({reason}): reference op")
-        return Choice(False, Implementation.UNFUSED, reason)
+    choice = _policy_choice(site, config, _static_reason(site) if site.device.type == "cuda" else None)
+    if choice is not None and choice.implementation != Implementation.FUSED_TRITON:
+        return choice
     if config.policy == "always":
         try:
             plan = _cached(site, config, "plan", _tune)["plan"]
@@ -256,7 +246,7 @@ def choose_attention(site: AttentionSite, config: NormFusionConfig) -> Choice:
     (docs/decisions.md#selectionchoose_attention)."""
     kernel_reason = _attention_kernel_reason(site)
     if site.train:
-        choice = _attention_policy(site, config, kernel_reason)
+        choice = _policy_choice(site, config, kernel_reason)
         if choice is not None:
             return choice
         before = "forward + backward:"
@@ -341,8 +331,9 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
 ATTENTION_MIN_SPEEDUP = 1.25
 
 
-def _attention_policy(site, config: NormFusionConfig, kernel_reason: Optional[str]) -> Optional[Choice]:
-    """The choice the policy, the device or the operands make without a measurement, or None."""
+def _policy_choice(site, config: NormFusionConfig, kernel_reason: Optional[str]) -> Optional[Choice]:
+    """The choice the policy, the device or the operands make without a measurement, or None (a post-norm or
+    attention site; ``kernel_reason``: why the kernel cannot run it)."""
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     reason = f"no fused kernel for device '{site.device.type}'" if site.device.type != "cuda" else kernel_reason
@@ -360,7 +351,7 @@ def _choose_attention_site(site, config: NormFusionConfig, kernel_reason: Option
                            attention: str, copied: str) -> Choice:
     """The policy, then the measurement: fused (``measure``'s fused_ms) against the unfused lower bound
     attention_ms + ``copies`` × copy_ms, times min_speedup (at least ATTENTION_MIN_SPEEDUP)."""
-    choice = _attention_policy(site, config, kernel_reason)
+    choice = _policy_choice(site, config, kernel_reason)
     if choice is not None:
         return choice
     try:

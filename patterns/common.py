@@ -515,6 +515,9 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         elif fed == "matmul":
             site = ctx.site("standalone", norm, node)
             reason = _matmul_form_reason(x, path)
+            if "regrouped_norm" not in ctx.config.fusions and reason.startswith("feeds a matmul in a form"):
+                reason = ("feeds a matmul: a pre-norm site is the regrouped_norm family's, and that family is off "
+                          "(fusions 'regrouped_norm')")
         else:
             site = ctx.site("standalone", norm, node)
             reason = "feeds no matmul or attention (its readers: " + ", ".join(sorted(stops)[:4]) + ")"

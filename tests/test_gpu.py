@@ -12,15 +12,9 @@ import torch.nn as nn
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
 
-from .helpers import LlamaRMSNorm, rel_err
+from .helpers import LlamaRMSNorm, poison_allocator, rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def _poison_allocator(nbytes=1 << 28):
-    """Fill memory the caching allocator will hand out next with NaN, so unwritten outputs cannot pass."""
-    junk = torch.full((nbytes // 4,), float("nan"), device="cuda")
-    del junk
 
 
 @pytest.mark.parametrize("layer_norm", [False, True], ids=["rms", "ln"])
@@ -102,7 +96,7 @@ def test_direct_launch_end_to_end(norm, mode, train, monkeypatch, tmp_path):
     with torch.set_grad_enabled(train):
         _, code = run_and_get_code(c, h, res)
         for _ in range(2):  # CUDA graphs: the first call warms up, the second records, the third replays
-            _poison_allocator()
+            poison_allocator()
             out = c(h, res)
     assert [s.implementation for s in nfi.reports() if s.rewritten] == ["fused_triton (direct launch)"]
     forward_code = code[0]

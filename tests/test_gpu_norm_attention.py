@@ -8,16 +8,10 @@ import torch
 from norm_fusion_inductor import attention_ops
 from norm_fusion_inductor.kernels import norm_attention
 
-from .helpers import norm_attention_case, norm_attention_run, rel_err
+from .helpers import norm_attention_case, norm_attention_run, poison_allocator, rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 op = torch.ops.norm_fusion.norm_attention
-
-
-def _poison_allocator(nbytes=1 << 28):
-    """Fill memory the caching allocator will hand out next with NaN, so unwritten outputs cannot pass."""
-    junk = torch.full((nbytes // 4,), float("nan"), device="cuda")
-    del junk
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -64,7 +58,7 @@ def test_cached_launches_read_their_own_operands(activation, kernel_tuning):
                                  [200, 100, 100, 100, 129, 250, 200, 254])):  # 1333 rows each; longest 512, 254
         args, grad_out = norm_attention_case(lens, 4, 128, 128, activation, torch.bfloat16, device="cuda",
                                              affine=True, seed=seed)
-        _poison_allocator()
+        poison_allocator()
         out, stats, grads = norm_attention_run(op, args, grad_out)
         ref, _, ref_grads = norm_attention_run(attention_ops.norm_attention_reference, args, grad_out,
                                                cast=torch.float64)
@@ -88,7 +82,7 @@ def _check_against_float64(dtype, activation, heads, head_dim, kv_len, affine, f
     lens = [300, 0, 1, 64, 129, 250, 77, 512]
     args, grad_out = norm_attention_case(lens, heads, head_dim, kv_len, activation, dtype, device="cuda",
                                          affine=affine, seed=heads + kv_len)
-    _poison_allocator()
+    poison_allocator()
     out, stats, grads = norm_attention_run(op, args, grad_out, frozen=frozen)
     ref, ref_stats, ref_grads = norm_attention_run(attention_ops.norm_attention_reference, args, grad_out,
                                                    cast=torch.float64, frozen=frozen)
@@ -168,7 +162,7 @@ def test_descriptor_path_matches_pointer_path(activation):
     eps = dict(ln_eps=args.pop("ln_eps"), rms_eps=args.pop("rms_eps"))
     results = []
     for tma in (False, True):
-        _poison_allocator()
+        poison_allocator()
         outs = norm_attention.forward(**args, **eps, tma=tma)
         grads = norm_attention.backward(grad_out, *args.values(), *outs[1:], tma=tma)
         results.append([t for t in (*outs, *grads) if t is not None and t.numel()])

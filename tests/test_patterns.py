@@ -412,11 +412,11 @@ def test_policy_never_reports_but_does_not_rewrite():
 
 def test_older_families_alone_leave_pre_norm_sites_to_the_leftover_scan():
     """With regrouped normalization off no family matches a pre-norm site any more: the leftover scan reports it
-    once, as a norm feeding a matmul in a form no family matched, and the graph is left as it was."""
+    once, naming the family that is off, and the graph is left as it was."""
     sites, _, post = run(_init(NormQKV(LlamaRMSNorm(32))), torch.randn(2, 5, 32), train=False,
                          options={"fusions": OLDER_FUSIONS})
     assert [(s.fusion, s.rewritten) for s in sites] == [("standalone", False)], [s.line() for s in sites]
-    assert "feeds a matmul" in sites[0].reason, sites[0].reason
+    assert "feeds a matmul" in sites[0].reason and "regrouped_norm" in sites[0].reason, sites[0].reason
     assert FUSED_OP not in _forward_graph(post)
 
 

@@ -49,6 +49,7 @@ tiles in grouped (GROUP_M) order, so consecutive tiles share A and B in L2.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 import torch
@@ -592,9 +593,31 @@ def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
     if whole_rows:  # the GEMM configs with BLOCK_N the rows' width (at least 64), each once; at most 128 fp32
         # accumulator registers per thread (4-warp 128x256 tiles spilled 4-6 KB in ptxas, tests/test_sm90_compile.py)
         shaped = [dict(c, BLOCK_N=max(64, whole_rows)) for c in configs]
-        shaped = [c for c in shaped if c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 32 * c["num_warps"]]
+        shaped = [c for c in shaped if c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 32 * c["num_warps"]
+                  and _shared_bytes(c, a.element_size(), epilogue) <= _max_shared(a.device)]
+        if not shaped:  # fp32 at 256 columns with the aux store: 64-row tiles, two stages
+            shaped = [dict(configs[0], BLOCK_M=64, BLOCK_N=max(64, whole_rows), num_stages=2, num_warps=8,
+                           FLATTEN=False, CTAS_PER_SM=1)]
         return [c for i, c in enumerate(shaped) if c not in shaped[:i]]
     return configs
+
+
+def _shared_bytes(cfg: dict, elem: int, epilogue: Epilogue) -> int:
+    """Shared memory a widened (whole-row) config needs: the mainloop's A and B stages, then the output tile and
+    (with a residual read or the aux store) one more. Within a few bytes of what Triton 3.6 asked for on sm_90
+    where it did not fit (128×256×64, 16-bit: 4 stages 262160; 3 stages with a residual 278568)."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = 1 + (epilogue.residual or epilogue.write_aux)
+    return (cfg["num_stages"] * (bm + bn) * cfg["BLOCK_K"] + tiles * bm * bn) * elem
+
+
+@functools.lru_cache(maxsize=None)
+def _max_shared(device: torch.device) -> int:
+    """Shared memory per block (opt-in) of the device; sm_90's 232448 bytes where there is no GPU to ask (the
+    offline sm_90 compile test)."""
+    if not torch.cuda.is_available():
+        return 232448
+    return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 232448)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -595,7 +595,7 @@ def _configs(a: torch.Tensor, epilogue: Epilogue, N: int = 0) -> list[dict]:
         shaped = [dict(c, BLOCK_N=max(64, whole_rows)) for c in configs]
         shaped = [c for c in shaped if c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 32 * c["num_warps"]
                   and _shared_bytes(c, a.element_size(), epilogue) <= _max_shared(a.device)]
-        if not shaped:  # fp32 at 256 columns with the aux store: 64-row tiles, two stages
+        if not shaped:  # fp32 rows of 256 with a residual or the z store: 64-row tiles, two stages
             shaped = [dict(configs[0], BLOCK_M=64, BLOCK_N=max(64, whole_rows), num_stages=2, num_warps=8,
                            FLATTEN=False, CTAS_PER_SM=1)]
         return [c for i, c in enumerate(shaped) if c not in shaped[:i]]

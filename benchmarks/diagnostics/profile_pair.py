@@ -1,0 +1,90 @@
+"""Where a norm → linear pair's time goes, fused against torch.compile default: per compiled variant the
+do_bench median (host included), the CUDA-graph replay time (GPU only), their difference (the host's share), the
+kernels per call with their device times (torch.profiler), and the selection's reason. Written for issue 27's
+65536×256×256 RMSNorm pair, which the selection fused and which then ran 0.89× default.
+
+    python benchmarks/diagnostics/profile_pair.py --shapes 65536x256x256 262144x256x256 [--norm rms|ln] [--params]
+
+``--params``: γ and W are module parameters (the fold is then kept across calls in inference) instead of inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+from triton.testing import do_bench
+
+import norm_fusion_inductor as nfi
+from norm_fusion_inductor.timing import graph_ms, interleaved_medians
+
+
+def kernels_per_call(fn, calls: int = 20) -> list:
+    """[(kernel name, µs per call)] of ``fn``'s device kernels, largest first."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / calls, e.count / calls) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="*", default=["65536x256x256", "262144x256x256"])
+    p.add_argument("--norm", choices=["rms", "ln"], default="rms")
+    p.add_argument("--params", action="store_true")
+    args = p.parse_args()
+
+    def pair(x, g, w):
+        h = (F.layer_norm(x, x.shape[-1:], g, 0.5 * g, 1e-6) if args.norm == "ln"
+             else F.rms_norm(x, x.shape[-1:], g, 1e-6))
+        return F.linear(h, w)
+
+    for shape in args.shapes:
+        M, K, N = map(int, shape.split("x"))
+        torch._dynamo.reset()
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(K, device="cuda")).bfloat16()
+        w = (torch.randn(N, K, device="cuda") / K ** 0.5).bfloat16()
+        ref = pair(x.double(), g.double(), w.double())
+        fns = {}
+        for name in ("default", "norm_fusion"):
+            opts = {} if name == "default" else dict(backend="norm_fusion", options={"norm_fusion": {
+                "cache_dir": tempfile.mkdtemp()}})
+            nfi.clear_reports()
+            if args.params:
+                module = torch.nn.Module()
+                module.g, module.w = torch.nn.Parameter(g, requires_grad=False), torch.nn.Parameter(w, requires_grad=False)
+                compiled = torch.compile(lambda x, m=module: pair(x, m.g, m.w), **opts)
+                fn = (lambda c: lambda: c(x))(compiled)
+            else:
+                compiled = torch.compile(lambda *a: pair(*a), **opts)
+                fn = (lambda c: lambda: c(x, g, w))(compiled)
+            out = fn()
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            print(f"{shape} {args.norm} {name}: error {err:.2e}; "
+                  + ("; ".join(f"{r.fusion} {'REWRITTEN' if r.rewritten else 'unfused'}: {r.reason}"
+                               for r in nfi.reports()) or "no site"), flush=True)
+            fns[name] = fn
+        wall = interleaved_medians(fns, 3, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
+        graph = interleaved_medians(fns, 3, graph_ms)
+        for name, fn in fns.items():
+            rows = kernels_per_call(fn)
+            device_us = sum(r[1] for r in rows)
+            print(f"  {name}: do_bench {wall[name] * 1e3:.1f} us, CUDA graph {graph[name] * 1e3:.1f} us, "
+                  f"kernels sum {device_us:.1f} us in {sum(r[2] for r in rows):.0f} launches/call", flush=True)
+            for key, us, count in rows:
+                print(f"    {us:8.2f} us  x{count:.0f}  {key[:110]}")
+        print(f"  norm_fusion / default: do_bench {wall['default'] / wall['norm_fusion']:.3f}x, "
+              f"CUDA graph {graph['default'] / graph['norm_fusion']:.3f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -154,8 +154,10 @@ def fit(records: Sequence[Measurement], base: Optional[dict] = None, fit_alu: bo
                               cm.gemm_ms(cal, comp, r.M, r.N, r.K, r.elem_bytes, r.kind, r.aux, r.activation))
             return [weight[id(r)] * math.log(preds[_site(r, comp)] / _measured(r, comp)) for r in rows]
 
+        # a Cauchy loss: a few records timed under load must not pull every constant
+        # (docs/decisions.md#cost_modelcalibration)
         sol = least_squares(resid, np.array(x0) / scale, bounds=(np.array(lo) / scale, np.array(hi) / scale),
-                            x_scale="jac", max_nfev=2000)
+                            x_scale="jac", max_nfev=2000, loss="cauchy", f_scale=0.05)
         put(sol.x * scale)
     return cal
 

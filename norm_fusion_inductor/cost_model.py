@@ -95,8 +95,9 @@ EPILOGUE_PASSES = {"consumer_rms": 1.0, "consumer_ln": 1.0, "activation": 1.0, "
 TILES = ((128, 256), (128, 128), (64, 128))
 
 # Per GPU model (torch.cuda.get_device_name): hardware data and the calibrated constants. Times in ms, bytes in
-# bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` on the
-# selection's logged bf16 records with the activations' alu_ps fixed; see docs/decisions.md#cost_modelcalibration
+# bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` (a
+# robust fit) on the selection's logged bf16 records with the activations' alu_ps fixed; see
+# docs/decisions.md#cost_modelcalibration
 CALIBRATION: dict = {
     "NVIDIA H200": {
         "sms": 132,
@@ -105,9 +106,9 @@ CALIBRATION: dict = {
         "hbm_bytes_per_ms": 4.8e9,  # nominal
         "l2_bytes": 50e6,
         # fitted (benchmarks/cost_model.py --fit), rounded
-        "copy": {"bw": 4.116e9, "bw_l2": 7.958e9, "c": 0.001503, "l2_lo": 30.47e6, "l2_hi": 53.36e6},
-        "mm": {"eff": 0.7342, "k0": 72.8, "rho": 0.1052, "lam": 0.03287, "c": 0.001808, "mu": {}},
-        "triton": {"eff": 0.7508, "k0": 23.2, "rho": 0.1052, "lam": 0.5415, "c": 0.00628,
+        "copy": {"bw": 4.123e9, "bw_l2": 8.349e9, "c": 0.001581, "l2_lo": 29.81e6, "l2_hi": 53.39e6},
+        "mm": {"eff": 0.7359, "k0": 0.0, "rho": 0.04648, "lam": 0.4793, "c": 0.001949, "mu": {}},
+        "triton": {"eff": 0.7458, "k0": 0.0, "rho": 0.04648, "lam": 0.8711, "c": 0.006502,
                    # measured, not fitted (--pieces at two shapes, ps per output element; gelu: the 16-bit erf,
                    # 0.62-0.91; gelu_fp32: the fp32 outputs' erf, 1.03-1.55 as measured on bf16 outputs before
                    # they took the 16-bit one; an activation not listed: 0)
@@ -115,10 +116,10 @@ CALIBRATION: dict = {
                    # silu 0.14-0.16, gelu_tanh 0.31-0.50, gelu 0.32-0.77)
                    "alu_ps": {"relu": 0.02, "silu": 0.57, "gelu_tanh": 0.63, "gelu": 0.76, "gelu_fp32": 1.3,
                               "silu_fast": 0.15, "gelu_tanh_fast": 0.35, "gelu_fast": 0.45},
-                   "mu": {"activation": 1.028, "consumer_ln": 0.914, "gated": 1.077, "per_head": 1.037,
-                          "producer_ln": 1.456, "producer_rms": 1.251}},
-        "quack": {"eff": 0.7947, "k0": 225.3, "rho": 0.1052, "lam": 0.1237, "c": 0.005614,
-                  "mu": {"activation": 1.176, "gated": 1.03, "producer_rms": 1.052}},
+                   "mu": {"activation": 0.9657, "consumer_ln": 0.889, "gated": 1.042, "per_head": 1.024,
+                          "producer_ln": 1.382, "producer_rms": 1.204}},
+        "quack": {"eff": 0.7564, "k0": 129.4, "rho": 0.04648, "lam": 0.1961, "c": 0.006242,
+                  "mu": {"activation": 1.344, "gated": 1.014, "producer_rms": 1.031}},
     },
 }
 

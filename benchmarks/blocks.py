@@ -79,6 +79,10 @@ BLOCKS = {
     "qwen3_8b_layer": dict(kind="hf", family="qwen3", hidden=4096, batch=4, seq=2048,
                            config=dict(intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
                                        head_dim=128, max_position_embeddings=4096)),
+    # Gemma3-4B's sizes: sandwich norms, (1 + w) per-head QK-norm at head_dim 256, sliding-window attention (issue 26)
+    "gemma3_4b_layer": dict(kind="hf", family="gemma3", hidden=2560, batch=4, seq=2048,
+                            config=dict(intermediate_size=10240, num_attention_heads=8, num_key_value_heads=4,
+                                        head_dim=256, sliding_window=1024, max_position_embeddings=4096)),
 }
 SMOKE = {
     "recsys_ln_tower": dict(BLOCKS["recsys_ln_tower"], rows=64, width=32, hidden=64),

@@ -52,6 +52,10 @@ MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-
 POST_NORM_MIN_SPEEDUP = 1.1
 # bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
 PEAK_COPY_BYTES_PER_MS = 4.0e9
+# the least GPU time of the fold's own kernel, however small the weight: a pointwise kernel over a 0.3 MB weight ran
+# 1.65 us on the H200 (benchmarks/diagnostics/profile_pair.py), priced at 0.0000 ms by its bytes alone; on a 40 us
+# pair that is the margin (docs/decisions.md#selectionfold_kernel_min_ms)
+FOLD_KERNEL_MIN_MS = 0.0016
 
 
 @functools.lru_cache(maxsize=None)
@@ -475,6 +479,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         return Choice(False, Implementation.UNFUSED, "no GEMM backend ran: " + "; ".join(
             f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
     fold_ms = fold_bytes * t["saved_ms"] / max(saved, 1) if saved > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
+    if fold_bytes:
+        fold_ms = max(fold_ms, FOLD_KERNEL_MIN_MS)
     timed = {name: ms + fold_ms for name, ms in timed.items()}
     triton_config = t.get("triton_config") if direct_launch else None
     # Without CUDA graphs an op call's host time is the step's unless the GPU hides it, and where several ops run

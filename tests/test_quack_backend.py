@@ -127,6 +127,18 @@ def test_saved_bytes_leave_out_a_normalized_tensor_the_backward_reads(monkeypatc
     assert sites[1].saved_bytes == 2 * out_bytes * (1 if backward_reads else 2)
 
 
+def test_a_per_call_fold_costs_at_least_its_kernel(monkeypatch, tmp_path):
+    """A tiny weight's fold priced by its bytes alone is ~0 ms; its kernel is not: a near call at a 40 us pair
+    (GEMM 0.0281 ms vs bound 0.0300 ms passes 1.05x without the fold) is declined once the kernel's floor counts."""
+    _fake_gpu(monkeypatch, dict(triton_ms=0.0281, mm_ms=0.0231, saved_ms=0.0069, quack_reason="test",
+                                triton_config=dict(BLOCK_M=128)))
+    config = NormFusionConfig(cache_dir=str(tmp_path))
+    kw = dict(activation="none", norm_bytes=65536 * 256 * 2, direct_launch=True)
+    assert _choose(config, **kw).fused
+    choice = _choose(config, fold_bytes=256 * 256 * 2, **kw)
+    assert not choice.fused and f"{selection.FOLD_KERNEL_MIN_MS:.4f} ms" in choice.reason, choice.reason
+
+
 def test_choice_between_backends(monkeypatch, tmp_path):
     numbers = dict(triton_ms=2.80, quack_ms=2.30, mm_ms=2.55, saved_ms=0.35, quack_reason=None,
                    triton_host_ms=0.05, quack_host_ms=0.12)

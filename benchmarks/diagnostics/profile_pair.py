@@ -4,6 +4,7 @@ kernels per call with their device times (torch.profiler), and the selection's r
 65536×256×256 RMSNorm pair, which the selection fused and which then ran 0.89× default.
 
     python benchmarks/diagnostics/profile_pair.py --shapes 65536x256x256 262144x256x256 [--norm rms|ln] [--params]
+    python benchmarks/diagnostics/profile_pair.py --no-kernels --shapes ...     # a sweep: times and decisions
 
 ``--params``: γ and W are module parameters (the fold is then kept across calls in inference) instead of inputs.
 """
@@ -40,6 +41,7 @@ def main() -> None:
     p.add_argument("--shapes", nargs="*", default=["65536x256x256", "262144x256x256"])
     p.add_argument("--norm", choices=["rms", "ln"], default="rms")
     p.add_argument("--params", action="store_true")
+    p.add_argument("--no-kernels", action="store_true", help="times alone, no per-kernel profile (a sweep)")
     args = p.parse_args()
 
     def pair(x, g, w):
@@ -76,10 +78,13 @@ def main() -> None:
         wall = interleaved_medians(fns, 3, lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median"))
         graph = interleaved_medians(fns, 3, graph_ms)
         for name, fn in fns.items():
+            print(f"  {name}: do_bench {wall[name] * 1e3:.1f} us, CUDA graph {graph[name] * 1e3:.1f} us", end="")
+            if args.no_kernels:
+                print(flush=True)
+                continue
             rows = kernels_per_call(fn)
-            device_us = sum(r[1] for r in rows)
-            print(f"  {name}: do_bench {wall[name] * 1e3:.1f} us, CUDA graph {graph[name] * 1e3:.1f} us, "
-                  f"kernels sum {device_us:.1f} us in {sum(r[2] for r in rows):.0f} launches/call", flush=True)
+            print(f", kernels sum {sum(r[1] for r in rows):.1f} us in {sum(r[2] for r in rows):.0f} launches/call",
+                  flush=True)
             for key, us, count in rows:
                 print(f"    {us:8.2f} us  x{count:.0f}  {key[:110]}")
         print(f"  norm_fusion / default: do_bench {wall['default'] / wall['norm_fusion']:.3f}x, "

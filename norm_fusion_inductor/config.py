@@ -77,6 +77,12 @@ class NormFusionConfig:
     #: would have been screened wrongly with constants fitted without their shape (at 1.15, 6 would);
     #: ``benchmarks/cost_model.py``. 0 turns the screen off (every backend timed)
     model_margin: float = 1.2
+    #: with policy "auto", the seconds of Quack JIT (compiling and timing its configs, 5-10 s each on the H200)
+    #: that one run of the pass over a graph may spend; once spent, no further Quack GEMM is compiled in that
+    #: run: its sites are decided with the other backends, and their measurements are not stored, so a later
+    #: compile (a new graph, a new process, Inductor's cache missed) times Quack there. Without it a tower's first
+    #: compile took 34.8 s against torch.compile's 5.0 (docs/decisions.md#confignormfusionconfigquack_jit_budget_s)
+    quack_jit_budget_s: float = 5.0
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).
@@ -120,6 +126,9 @@ class NormFusionConfig:
         _check_type("model_margin", self.model_margin, (int, float))
         if self.model_margin < 0 or 0 < self.model_margin < 1:
             raise ValueError(f"norm_fusion option 'model_margin' must be 0 (off) or >= 1, got {self.model_margin}")
+        _check_type("quack_jit_budget_s", self.quack_jit_budget_s, (int, float))
+        if self.quack_jit_budget_s < 0:
+            raise ValueError(f"norm_fusion option 'quack_jit_budget_s' must be >= 0, got {self.quack_jit_budget_s}")
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")

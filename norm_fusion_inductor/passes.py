@@ -130,10 +130,13 @@ class NormFusionPass(CustomGraphPass):
         if self.STAGE == "joint":
             global _JOINT_RUN_COUNT
             _JOINT_RUN_COUNT += 1
+        from norm_fusion_inductor import selection
+
         ctx = PassContext(graph, self.config, self.STAGE)
-        for fusion, step in STAGES[self.STAGE]:  # pre-norm sites first: the post-norm takes what is left
-            if fusion in self.config.fusions:
-                step.apply(graph, ctx)
+        with selection.quack_jit_budget(self.config.quack_jit_budget_s):  # per graph
+            for fusion, step in STAGES[self.STAGE]:  # pre-norm sites first: the post-norm takes what is left
+                if fusion in self.config.fusions:
+                    step.apply(graph, ctx)
         if self.STAGE == "joint":
             from norm_fusion_inductor.patterns.common import report_leftover_norms
 
@@ -156,9 +159,13 @@ class NormFusionPass(CustomGraphPass):
             chained_id = self.chained.uuid()
             if chained_id is None:
                 return None
+        from . import selection
         from .kernels import tuning
 
-        return f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{tuning.current()!r}:{chained_id!r}"
+        # a measurement left for a later compile (quack_jit_budget_s) must reach the pass, not the FX graph cache
+        pending = selection.pending_token(self.config)
+        return (f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{tuning.current()!r}:{chained_id!r}"
+                f":{pending}")
 
 
 class NormFusionPreGradPass(NormFusionPass):

@@ -16,12 +16,14 @@ bound read high and a site was fused that ran slower than the default (docs/deci
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
 import pathlib
+import time
 from typing import NamedTuple, Optional
 
 import torch
@@ -44,6 +46,21 @@ class Choice:
 
 
 _MEMORY: dict = {}
+PENDING = "__pending__"  # the cache file's list of measurement keys left incomplete
+# the Quack JIT budget of the pass's current run over a graph (NormFusionConfig.quack_jit_budget_s) and the
+# seconds spent of it; no budget outside a run (a direct call of the selection)
+_QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
+
+
+@contextlib.contextmanager
+def quack_jit_budget(seconds: float):
+    """The Quack JIT budget of one run of the pass over a graph (measurements outside any run, such as
+    ``calibrate``'s, have none)."""
+    _QUACK_JIT.update(budget_s=float(seconds), spent_s=0.0)
+    try:
+        yield
+    finally:
+        _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
 # part of every cache key: a change to how the times are measured must not reuse times measured the old way
 MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-gemm"
 # The post-norm's bound (cuBLAS + copies of the matmul's output) keeps the margin it was calibrated with: below
@@ -121,7 +138,9 @@ def _cached(site, config: NormFusionConfig, kind: str, measure) -> dict:
 
 
 def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
-    """``measure()`` once per key: from memory, the disk cache, or measured now (and stored)."""
+    """``measure()`` once per key: from memory, the disk cache, or measured now (and stored). A measurement
+    marked ``incomplete`` (a backend left out for this compile's budget) is not stored; its key is listed as
+    pending (``pending_token``) until a later compile measures it whole."""
     if key not in _MEMORY:
         try:
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
@@ -137,7 +156,15 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
-        _MEMORY[key] = value
+        pending = set(_MEMORY.get(PENDING, ())) - {key}
+        if value.get("incomplete"):
+            pending.add(key)
+        else:
+            _MEMORY[key] = value
+        if pending:
+            _MEMORY[PENDING] = sorted(pending)
+        else:
+            _MEMORY.pop(PENDING, None)
         try:
             path = _cache_file(config)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +173,20 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             tmp.replace(path)
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
+        if value.get("incomplete"):
+            return value
     return _MEMORY[key]
+
+
+def pending_token(config: NormFusionConfig) -> str:
+    """A digest of the measurements left incomplete in this cache folder ("" when none), part of the pass's
+    ``uuid()``: while one is pending, Inductor's FX graph cache misses, so the pass runs again and completes it
+    (a graph served from that cache would keep the choice made without it)."""
+    try:
+        pending = json.loads(_cache_file(config).read_text()).get(PENDING, [])
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return hashlib.sha256("\n".join(sorted(pending)).encode()).hexdigest()[:12] if pending else ""
 
 
 def _measured_choice(site: PostNormSite, config: NormFusionConfig) -> Choice:
@@ -631,7 +671,9 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
     """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
     the Triton kernel's tuned config and each op's host time. cuBLAS and the copy are timed first (nothing to
     compile); a backend the ``screen`` rules out is not compiled (Quack's JIT costs seconds per GEMM, Triton's
-    tuning compiles a handful of configs), its reason kept as ``<backend>_reason``."""
+    tuning compiles a handful of configs), its reason kept as ``<backend>_reason``. Quack is not compiled once
+    this run of the pass has spent its budget on Quack's JIT (``quack_jit_budget``); the result is then marked
+    ``incomplete`` (not stored: a later run times Quack)."""
     from . import regrouped
     from .kernels import epilogue_gemm as eg
 
@@ -689,8 +731,15 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         rival = (times["triton_ms"] + (times["triton_host_ms"] if screen.host_priced and not launched else 0.0)
                  if "triton_ms" in times else None)
         quack_reason = _screened("quack", predicted, bound, screen, host, rival)
+    if quack_reason is None and _QUACK_JIT["spent_s"] >= _QUACK_JIT["budget_s"]:
+        quack_reason = (f"not compiled in this compile: its Quack JIT budget (quack_jit_budget_s="
+                        f"{_QUACK_JIT['budget_s']:g}) is spent ({_QUACK_JIT['spent_s']:.1f} s); a later compile "
+                        "times it")
+        times["incomplete"] = True
     if quack_reason is None:
+        start = time.perf_counter()
         quack_reason = _time_quack(times, on("quack"), site, bound, rival, screen)
+        _QUACK_JIT["spent_s"] += time.perf_counter() - start
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     return times

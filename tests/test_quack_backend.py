@@ -494,3 +494,39 @@ def test_quack_shortlist_configs_match_float64(monkeypatch, epilogue):
     assert chosen in shortlist or not shortlist
     monkeypatch.setattr(qg, "fastest_config", lambda *args: pytest.fail("timed again"))
     qg.epilogue_gemm(a, w, epilogue=epilogue, **t)
+
+
+def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, tmp_path):
+    """Once a run of the pass has spent quack_jit_budget_s on Quack's JIT, the next GEMM is measured without
+    compiling Quack, its reason names the budget, and that measurement is not stored: the next run (budget full
+    again) times Quack there. Timers and kernels are faked; nothing is launched."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: 1.0)
+    monkeypatch.setattr(selection, "host_ms", lambda fn: 0.1)
+    monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    jits = []
+
+    def time_quack(times, run, site, bound, rival, screen):
+        jits.append(site.N)
+        times["quack_ms"] = 0.9
+        return None
+
+    monkeypatch.setattr(selection, "_time_quack", time_quack)
+    config = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("quack",), model_margin=0,
+                              quack_jit_budget_s=0.5)
+    site = lambda n: selection.EpilogueSite(64, n, 32, torch.float32, torch.device("cpu"), "rms", "none",  # noqa: E731
+                                            False, "none", False, False, 64 * 32 * 4)
+    with selection.quack_jit_budget(config.quack_jit_budget_s):
+        first = selection._cached_epilogue(site(64), config)
+        assert first["quack_ms"] == 0.9 and jits == [64]
+        selection._QUACK_JIT["spent_s"] = 0.6  # the first JIT took longer than the budget
+        second = selection._cached_epilogue(site(128), config)
+        assert "quack_ms" not in second and "quack_jit_budget_s=0.5" in second["quack_reason"], second
+        assert jits == [64]
+    assert selection.pending_token(config)  # in the pass's uuid(): the FX graph cache misses until it is done
+    with selection.quack_jit_budget(config.quack_jit_budget_s):  # the next compile
+        assert selection._cached_epilogue(site(128), config)["quack_ms"] == 0.9 and jits == [64, 128]
+        assert selection._cached_epilogue(site(64), config)["quack_ms"] == 0.9 and jits == [64, 128]  # stored
+    assert selection._QUACK_JIT["budget_s"] == float("inf")  # none outside a run of the pass
+    assert selection.pending_token(config) == ""

@@ -549,6 +549,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         detail += " (" + "; ".join(others) + ")"
     if t.get("quack_probe_only"):
         detail += " (Quack timed with its probe config alone: the shortlist could not have made it win)"
+    if t.get("quack_probe_budget"):
+        detail += (" (Quack timed with its probe config alone: this compile's Quack JIT budget is spent; a later "
+                   "compile tunes its shortlist)")
     if t.get("predicted"):
         detail += " (cost model: " + ", ".join(f"{name} {ms:.4f}" for name, ms in t["predicted"].items()) + " ms)"
     if priced[backend] != timed[backend]:
@@ -721,7 +724,9 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
     else:
         times["triton_reason"] = triton_reason
 
+    start = time.perf_counter()  # Quack's import (on its first check) and JIT count against the compile's budget
     quack_reason = "not asked for (gemm_backends)" if "quack" not in screen.backends else _quack_reason(site, a, w)
+    _QUACK_JIT["spent_s"] += time.perf_counter() - start
     if quack_reason is None and bound <= screen.op_floor_ms:
         quack_reason = (f"not compiled: an op call cannot win where the unfused bound ({bound:.4f} ms) is under "
                         f"min_kernel_ms × min_speedup ({screen.op_floor_ms:.4f} ms)")
@@ -737,9 +742,7 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
                         "times it")
         times["incomplete"] = True
     if quack_reason is None:
-        start = time.perf_counter()
         quack_reason = _time_quack(times, on("quack"), site, bound, rival, screen)
-        _QUACK_JIT["spent_s"] += time.perf_counter() - start
     times["quack_reason"] = quack_reason
     times["triton_config"] = eg.tuned_for(M, N, K, dt, site.w_kn, _site_epilogue(site))  # for a direct launch
     return times
@@ -750,7 +753,8 @@ def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optio
     """Quack's GPU and host time per call into ``times`` (its JIT costs seconds per config); None, or why it has
     no time. With the screen on, one config (``PROBE_CONFIG``) is compiled and timed first: where even
     ``PROBE_SLACK`` better it would not be chosen (it misses the bound by min_speedup, or Triton's price), its
-    time stands for Quack's (the rest of the shortlist was within 2.5 % of it); else the shortlist is tuned."""
+    time stands for Quack's (the rest of the shortlist was within 2.5 % of it); else the shortlist is tuned, unless
+    the compile's Quack JIT budget is spent (the probe's time then stands until a later compile tunes it)."""
     from . import regrouped
     from .kernels import quack_epilogue_gemm as qg
 
@@ -760,10 +764,17 @@ def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optio
     for config in (probe, None) if probe is not None else (None,):
         if config is not None:
             qg.remember(*shape, config)
-        elif probe is not None:  # the probe came close: the whole shortlist
+        elif probe is not None:  # the probe came close: the whole shortlist, if the compile's budget allows
+            if _QUACK_JIT["spent_s"] >= _QUACK_JIT["budget_s"]:
+                times["quack_probe_budget"] = times["incomplete"] = True  # the probe's time stands, for now
+                return None
             qg.forget(*shape)
         failed = set(regrouped.QUACK_FAILED)
-        run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
+        start = time.perf_counter()
+        try:
+            run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
+        finally:
+            _QUACK_JIT["spent_s"] += time.perf_counter() - start
         new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]
         if new:
             return new[0]

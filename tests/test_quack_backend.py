@@ -530,3 +530,30 @@ def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, 
         assert selection._cached_epilogue(site(64), config)["quack_ms"] == 0.9 and jits == [64, 128]  # stored
     assert selection._QUACK_JIT["budget_s"] == float("inf")  # none outside a run of the pass
     assert selection.pending_token(config) == ""
+
+
+def test_a_probe_that_came_close_waits_for_a_later_compile_once_the_budget_is_spent(monkeypatch):
+    """Quack's probe config came close enough that the shortlist would be tuned, but the probe's JIT spent the
+    compile's budget: the probe's time stands, marked incomplete (a later compile tunes the shortlist)."""
+    monkeypatch.setattr(qg, "_TUNED", {})
+    monkeypatch.setattr(qg, "probe_config", lambda device, epilogue: dict(qg.PROBE_CONFIG))
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: 0.5)
+    monkeypatch.setattr(selection, "host_ms", lambda fn: 0.01)
+    site = selection.EpilogueSite(4096, 256, 512, torch.bfloat16, torch.device("cuda"), "rms", "none", False,
+                                  "none", False, False, 4096)
+    runs = []
+
+    def run():  # the probe's JIT: longer than the budget
+        runs.append(1)
+        selection._QUACK_JIT["spent_s"] += 1.0
+
+    times = {}
+    with selection.quack_jit_budget(0.5):
+        reason = selection._time_quack(times, run, site, bound=10.0, rival=None, screen=selection.Screen(margin=1.2))
+    assert reason is None and runs == [1] and times["quack_ms"] == 0.5, times
+    assert times["incomplete"] and times["quack_probe_budget"], times
+    times = {}
+    qg._TUNED.clear()
+    with selection.quack_jit_budget(60.0):  # budget left: the shortlist is tuned after the probe
+        selection._time_quack(times, run, site, bound=10.0, rival=None, screen=selection.Screen(margin=1.2))
+    assert len(runs) == 3 and "incomplete" not in times, times

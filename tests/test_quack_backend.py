@@ -228,6 +228,7 @@ def test_quack_is_not_compiled_where_an_op_cannot_win(monkeypatch, op_floor_ms, 
     monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), 0.05)[1])
     monkeypatch.setattr(selection, "host_ms", lambda fn: 0.0)
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    monkeypatch.setattr(qg, "missing_reason", lambda: None)  # Quack "installed"
     site = selection.EpilogueSite(64, 32, 32, torch.float32, torch.device("cpu"), "rms", "none", False, "none",
                                   False, False, 4096)
     times = selection._measure_epilogue(site, selection.Screen(op_floor_ms=op_floor_ms))
@@ -242,6 +243,7 @@ def _fake_timings(monkeypatch, gpu_ms: dict, host: float, predicted: dict):
     monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), gpu_ms[next(order)])[1])
     monkeypatch.setattr(selection, "host_ms", lambda fn: host)
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    monkeypatch.setattr(qg, "missing_reason", lambda: None)  # Quack "installed"
     monkeypatch.setattr(selection, "_predicted", lambda site, cache_root=None: dict(predicted))
 
 
@@ -293,8 +295,10 @@ def test_quack_screened_where_triton_is_measured_cheaper(monkeypatch):
     """Quack is not compiled where even its best predicted price does not beat Triton's measured one (under CUDA
     graphs: GPU times alone): predicted 1.08 ms, 0.9 at best, against Triton's 0.8."""
     _fake_timings(monkeypatch, dict(mm=1.0, saved=0.5, triton=0.8, quack=0.7), 0.0, dict(triton=0.8, quack=1.08))
+    checked = []  # its structural check imports Quack (seconds): not done for a backend the screen rules out
+    monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: checked.append(site))
     times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=False))
-    assert "triton_ms" in times and "quack_ms" not in times
+    assert "triton_ms" in times and "quack_ms" not in times and not checked
     assert times["quack_reason"].endswith("not under the other backend's measured 0.8000 ms"), times
 
 
@@ -505,6 +509,7 @@ def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, 
     monkeypatch.setattr(selection, "graph_ms", lambda fn: 1.0)
     monkeypatch.setattr(selection, "host_ms", lambda fn: 0.1)
     monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
+    monkeypatch.setattr(qg, "missing_reason", lambda: None)
     jits = []
 
     def time_quack(times, run, site, bound, rival, screen):

@@ -57,6 +57,14 @@ def missing_reason() -> Optional[str]:
     return None
 
 
+def install_reason() -> Optional[str]:
+    """None if quack-kernels is installed, found without importing it (an import costs seconds), else why the
+    backend is not offered (``missing_reason``)."""
+    import importlib.util
+
+    return missing_reason() if importlib.util.find_spec("quack") is None else None
+
+
 def version() -> str:
     """The installed quack-kernels and CuTe DSL versions (package metadata: Quack is not imported), or "no quack"."""
     try:

@@ -212,10 +212,11 @@ def _extra_passes(rec: Record) -> int:
     """How many passes over the GEMM output the consumer's saved bytes count: selection.choose_epilogue_gemm
     saves the normalized tensor's share (M·K·e / consumers, or none where the backward reads it) plus two passes
     over the output (M·N·e) with an activation or a per-head norm, less one where the epilogue also writes the
-    activation's input (training). The decomposition closest to the logged MB gives the passes (0, 1 or 2)."""
+    activation's input (training). The decomposition closest to the logged MB gives the passes (0, 1 or 2); of
+    equally close ones (K = N: the norm's share or a pass over the output), the fewest passes."""
     mk, mn = rec.M * rec.K * rec.elem_bytes / 1e6, rec.M * rec.N * rec.elem_bytes / 1e6
-    best = min(((abs(rec.saved_mb - (share + a * mn)), a) for share in (0.0, mk, mk / 2, mk / 3, mk / 4)
-                for a in (0, 1, 2)), key=lambda t: t[0])
+    best = min(((round(abs(rec.saved_mb - (share + a * mn)), 1), a) for share in (0.0, mk, mk / 2, mk / 3, mk / 4)
+                for a in (0, 1, 2)))
     return best[1]
 
 

@@ -12,28 +12,19 @@ kernels per call with their device times (torch.profiler), and the selection's r
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 import norm_fusion_inductor as nfi
 from norm_fusion_inductor.timing import graph_ms, interleaved_medians
 
-
-def kernels_per_call(fn, calls: int = 20) -> list:
-    """[(kernel name, µs per call)] of ``fn``'s device kernels, largest first."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total / calls, e.count / calls) for e in prof.key_averages()
-            if e.device_time_total > 0]
-    return sorted(rows, key=lambda r: -r[1])
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from blocks import kernel_times  # noqa: E402
 
 
 def main() -> None:
@@ -82,11 +73,10 @@ def main() -> None:
             if args.no_kernels:
                 print(flush=True)
                 continue
-            rows = kernels_per_call(fn)
-            print(f", kernels sum {sum(r[1] for r in rows):.1f} us in {sum(r[2] for r in rows):.0f} launches/call",
-                  flush=True)
-            for key, us, count in rows:
-                print(f"    {us:8.2f} us  x{count:.0f}  {key[:110]}")
+            per_call = kernel_times(fn, steps=20)["by_name"]  # ms per call of each kernel name
+            print(f", kernels sum {sum(per_call.values()) * 1e3:.1f} us", flush=True)
+            for key, ms in per_call.items():
+                print(f"    {ms * 1e3:8.2f} us  {key[:110]}")
         print(f"  norm_fusion / default: do_bench {wall['default'] / wall['norm_fusion']:.3f}x, "
               f"CUDA graph {graph['default'] / graph['norm_fusion']:.3f}x", flush=True)
 

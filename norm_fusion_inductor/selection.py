@@ -46,7 +46,22 @@ class Choice:
 
 
 _MEMORY: dict = {}
-PENDING = "__pending__"  # the cache file's list of measurement keys left incomplete
+# part of every cache key: a change to how the times are measured must not reuse times measured the old way
+MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-gemm"
+# The post-norm's bound (cuBLAS + copies of the matmul's output) keeps the margin it was calibrated with: below
+# it, sites it favoured ran slower fused (docs/decisions.md#selectionprologue_min_speedup). The regrouped
+# rewrite's bound (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
+POST_NORM_MIN_SPEEDUP = 1.1
+# bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
+PEAK_COPY_BYTES_PER_MS = 4.0e9
+# the least GPU time of the fold's own kernel, however small the weight: a pointwise kernel over a 0.3 MB weight ran
+# 1.65 us on the H200 (benchmarks/diagnostics/profile_pair.py), priced at 0.0000 ms by its bytes alone; on a 40 us
+# pair that is the margin (docs/decisions.md#selectionfold_kernel_min_ms)
+FOLD_KERNEL_MIN_MS = 0.0016
+# the cache file's measurement keys left incomplete ({key: when}); each keeps Inductor's FX graph cache missing
+# (pending_token) until a compile completes it, or for PENDING_TTL_S at most (its site may be gone)
+PENDING = "__pending__"
+PENDING_TTL_S = 3600.0
 # the Quack JIT budget of the pass's current run over a graph (NormFusionConfig.quack_jit_budget_s) and the
 # seconds spent of it; no budget outside a run (a direct call of the selection)
 _QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
@@ -61,18 +76,12 @@ def quack_jit_budget(seconds: float):
         yield
     finally:
         _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
-# part of every cache key: a change to how the times are measured must not reuse times measured the old way
-MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-gemm"
-# The post-norm's bound (cuBLAS + copies of the matmul's output) keeps the margin it was calibrated with: below
-# it, sites it favoured ran slower fused (docs/decisions.md#selectionprologue_min_speedup). The regrouped
-# rewrite's bound (cuBLAS + the bytes its epilogues save) uses min_speedup itself (1.05 by default).
-POST_NORM_MIN_SPEEDUP = 1.1
-# bytes per ms of a copy on the SMs (H200: ~4 TB/s), for a fold's cost where the site has no measured copy
-PEAK_COPY_BYTES_PER_MS = 4.0e9
-# the least GPU time of the fold's own kernel, however small the weight: a pointwise kernel over a 0.3 MB weight ran
-# 1.65 us on the H200 (benchmarks/diagnostics/profile_pair.py), priced at 0.0000 ms by its bytes alone; on a 40 us
-# pair that is the margin (docs/decisions.md#selectionfold_kernel_min_ms)
-FOLD_KERNEL_MIN_MS = 0.0016
+
+
+def _live_pending(entries) -> dict:
+    """The pending keys younger than PENDING_TTL_S ({key: when})."""
+    now = time.time()
+    return {k: t for k, t in (entries or {}).items() if now - t < PENDING_TTL_S} if isinstance(entries, dict) else {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,13 +165,14 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             _MEMORY.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
-        pending = set(_MEMORY.get(PENDING, ())) - {key}
+        pending = _live_pending(_MEMORY.get(PENDING))
+        pending.pop(key, None)
         if value.get("incomplete"):
-            pending.add(key)
+            pending[key] = time.time()
         else:
             _MEMORY[key] = value
         if pending:
-            _MEMORY[PENDING] = sorted(pending)
+            _MEMORY[PENDING] = pending
         else:
             _MEMORY.pop(PENDING, None)
         try:
@@ -183,7 +193,7 @@ def pending_token(config: NormFusionConfig) -> str:
     ``uuid()``: while one is pending, Inductor's FX graph cache misses, so the pass runs again and completes it
     (a graph served from that cache would keep the choice made without it)."""
     try:
-        pending = json.loads(_cache_file(config).read_text()).get(PENDING, [])
+        pending = _live_pending(json.loads(_cache_file(config).read_text()).get(PENDING))
     except (OSError, ValueError, AttributeError):
         return ""
     return hashlib.sha256("\n".join(sorted(pending)).encode()).hexdigest()[:12] if pending else ""

@@ -532,16 +532,9 @@ def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, 
         assert jits == [64]
     assert selection.pending_token(config)  # in the pass's uuid(): the FX graph cache misses until it is done
     later = time.time() + selection.PENDING_TTL_S + 1  # ... or until it is older than PENDING_TTL_S
-    monkeypatch.setattr(selection.time, "time", lambda: later)
-    assert selection.pending_token(config) == ""
-    monkeypatch.undo()  # (the fakes below are set again)
-    monkeypatch.setattr(selection, "_MEMORY", {})  # the complete measurement comes back from the disk cache
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
-    monkeypatch.setattr(selection, "graph_ms", lambda fn: 1.0)
-    monkeypatch.setattr(selection, "host_ms", lambda fn: 0.1)
-    monkeypatch.setattr(selection, "_quack_reason", lambda site, a, w: None)
-    monkeypatch.setattr(qg, "missing_reason", lambda: None)
-    monkeypatch.setattr(selection, "_time_quack", time_quack)
+    with monkeypatch.context() as clock:
+        clock.setattr(selection.time, "time", lambda: later)
+        assert selection.pending_token(config) == ""
     with selection.quack_jit_budget(config.quack_jit_budget_s):  # the next compile
         assert selection._cached_epilogue(site(128), config)["quack_ms"] == 0.9 and jits == [64, 128]
         assert selection._cached_epilogue(site(64), config)["quack_ms"] == 0.9 and jits == [64, 128]  # stored

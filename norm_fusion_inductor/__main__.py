@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def explain_command(args) -> int:
-    from . import hf_models
+    from . import hf_models, report
     from .explain import explain
 
     if (args.model is None) == (args.config is None):
@@ -103,7 +103,8 @@ def explain_command(args) -> int:
     result = explain(model, example_kwargs=inputs, train=args.train, policy=args.policy)
     name = args.config or args.model
     print(f"{name} ({'training' if args.train else 'inference'}, {dtype}, {args.device}): {result}")
-    print(f"compile + first run with norm_fusion: {result.compile_s:.1f} s")
+    print(f"compile + first run with norm_fusion: {result.compile_s:.1f} s; of it the plugin's "
+          f"{report.format_seconds(result.pass_seconds)}")
     if args.compare_compile:
         default_s = default_compile_s()
         print(f"compile + first run with torch.compile default: {default_s:.1f} s "

@@ -17,6 +17,7 @@ from .config import NormFusionConfig
 class Explanation:
     sites: list  # report.SiteRecord, in graph order of discovery
     compile_s: float = 0.0  # wall time of the first call: compilation (pass and measurements included) + one run
+    pass_seconds: dict = dataclasses.field(default_factory=dict)  # of compile_s, the pass's phases (report.PHASES)
     # the compiled model these sites came from: call it again (same grad mode and input shapes) without recompiling
     compiled: Optional[Callable] = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -54,7 +55,9 @@ def explain(model, *example_inputs, example_kwargs: Optional[dict] = None, train
     cfg = NormFusionConfig.from_any(config if config is not None else (config_kwargs or None))
     first = len(report.reports())
     compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": cfg})
+    before = report.seconds()
     start = time.perf_counter()
     with torch._inductor.config.patch(force_disable_caches=True), torch.set_grad_enabled(train):
         compiled(*example_inputs, **(example_kwargs or {}))
-    return Explanation(report.reports()[first:], compile_s=time.perf_counter() - start, compiled=compiled)
+    return Explanation(report.reports()[first:], compile_s=time.perf_counter() - start, compiled=compiled,
+                       pass_seconds=report.seconds_since(before))

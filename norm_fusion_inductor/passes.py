@@ -131,17 +131,22 @@ class NormFusionPass(CustomGraphPass):
             global _JOINT_RUN_COUNT
             _JOINT_RUN_COUNT += 1
         from norm_fusion_inductor import selection
+        from norm_fusion_inductor.patterns.common import pattern_cache_root, report_leftover_norms
 
+        before = report.seconds()
         ctx = PassContext(graph, self.config, self.STAGE)
-        with selection.quack_jit_budget(self.config.quack_jit_budget_s):  # per graph
+        with report.clocked("pass"), pattern_cache_root(self.config.cache_root), \
+                selection.quack_jit_budget(self.config.quack_jit_budget_s):  # the Quack JIT budget is per graph
             for fusion, step in STAGES[self.STAGE]:  # pre-norm sites first: the post-norm takes what is left
                 if fusion in self.config.fusions:
                     step.apply(graph, ctx)
-        if self.STAGE == "joint":
-            from norm_fusion_inductor.patterns.common import report_leftover_norms
-
-            report_leftover_norms(graph, ctx)
+            if self.STAGE == "joint":
+                report_leftover_norms(graph, ctx)
         ctx.finish()
+        if ctx.sites:
+            spent = report.format_seconds(report.seconds_since(before))
+            (report.log.info if self.config.logging_enabled else report.log.debug)(
+                "[graph %d] %s stage: %s", ctx.graph_id, self.STAGE, spent)
         if ctx.sites and any(s.rewritten for s in ctx.sites) and self.STAGE == "joint":
             # readers of the statistics may sit between the norm and the first matmul, before the fused op
             stable_topological_sort(graph)

@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import report
 from .config import GEMM_BACKENDS, NormFusionConfig
 from .kernels import epilogue_gemm, norm_attention, tuning
 from .kernels.common import m_bucket
@@ -157,7 +158,7 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             pass
     if key not in _MEMORY:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
-        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        with torch._subclasses.fake_tensor.unset_fake_temporarily(), report.clocked("measurement"):
             value = measure()
             if torch.cuda.is_initialized():  # the measurement's operands (GBs at the block shapes) go back to
                 torch.cuda.empty_cache()  # the device, not to the caching allocator the model then runs in
@@ -368,9 +369,10 @@ def _measure_compiled_block(site, config: Optional[NormFusionConfig] = None) -> 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     env.pop("TRITON_INTERPRET", None)
     try:
-        done = subprocess.run([sys.executable, "-m", "norm_fusion_inductor.measure_block", json.dumps(fields)],
-                              capture_output=True, text=True, timeout=MEASURE_BLOCK_TIMEOUT_S, env=env,
-                              cwd=tempfile.gettempdir())
+        with report.clocked("child process"):
+            done = subprocess.run([sys.executable, "-m", "norm_fusion_inductor.measure_block", json.dumps(fields)],
+                                  capture_output=True, text=True, timeout=MEASURE_BLOCK_TIMEOUT_S, env=env,
+                                  cwd=tempfile.gettempdir())
         if done.returncode != 0:
             raise RuntimeError(f"child process failed: {done.stderr.strip().splitlines()[-1:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -500,7 +502,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         saved = 2 * out_bytes * (2 if residual_norm != "none" and not backward_reads_norm else 1)  # residual
         # is read normalized on load)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
-                        residual_norm, head_dim, rope, head_norm)
+                        residual_norm, head_dim, rope, head_norm, fold_bytes)
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if device.type != "cuda":
@@ -524,13 +526,13 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
         return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
     bound = t["mm_ms"] + t["saved_ms"]
+    fold_ms = _fold_ms(fold_bytes, t["saved_ms"], saved)
+    if t.get("decided_by_model"):
+        return _model_choice(site, t, fold_ms, config)
     timed = {name: t[f"{name}_ms"] for name in config.gemm_backends if t.get(f"{name}_ms") is not None}
     if not timed:
         return Choice(False, Implementation.UNFUSED, "no GEMM backend ran: " + "; ".join(
             f"{name}: {t.get(name + '_reason')}" for name in config.gemm_backends))
-    fold_ms = fold_bytes * t["saved_ms"] / max(saved, 1) if saved > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
-    if fold_bytes:
-        fold_ms = max(fold_ms, FOLD_KERNEL_MIN_MS)
     timed = {name: ms + fold_ms for name, ms in timed.items()}
     triton_config = t.get("triton_config") if direct_launch else None
     # Without CUDA graphs an op call's host time is the step's unless the GPU hides it, and where several ops run
@@ -583,6 +585,29 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                                                      f"{config.min_kernel_ms} and the op's host cost would dominate"
                                                      + (f" ({why_op})" if why_op else ""))
     return Choice(True, Implementation(f"regrouped_{backend}"), detail)
+
+
+def _fold_ms(fold_bytes: int, saved_ms: float, saved_bytes: int) -> float:
+    """The weight fold's GPU time per call: its bytes at the measured copy's rate, at least the kernel's floor."""
+    if not fold_bytes:
+        return 0.0
+    ms = fold_bytes * saved_ms / saved_bytes if saved_bytes > 0 else fold_bytes / PEAK_COPY_BYTES_PER_MS
+    return max(ms, FOLD_KERNEL_MIN_MS)
+
+
+def _model_choice(site: EpilogueSite, t: dict, fold_ms: float, config: NormFusionConfig) -> Choice:
+    """A clear win decided by the cost model (``_decided_by_model``): the Triton kernel launched directly with
+    its default config, never compiled in the pass (Inductor compiles it with the graph's own kernels)."""
+    bound = t["mm_ms"] + t["saved_ms"]
+    predicted = t["predicted"]["triton"] + fold_ms
+    detail = (f"epilogue GEMM on triton, predicted {predicted:.4f} ms by the cost model, vs unfused lower bound "
+              f"{bound:.4f} ms (cuBLAS {t['mm_ms']:.4f} + {site.saved_bytes / 1e6:.1f} MB saved {t['saved_ms']:.4f}) "
+              f"at {site.M}x{site.K}x{site.N}")
+    if fold_ms:
+        detail += f" (including the weight fold per call, {site.fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
+    detail += (f": a clear win (by min_speedup {config.min_speedup:g} with model_margin {config.model_margin:g} to "
+               f"spare), decided without compiling it; launched directly, config {_plan_name(t['triton_config'])}")
+    return Choice(True, Implementation.REGROUPED_TRITON, detail, dict(t["triton_config"]))
 
 
 class Screen(NamedTuple):
@@ -680,15 +705,10 @@ def _screened(backend: str, predicted: dict, bound: float, screen: Screen, host_
     return None
 
 
-def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root: Optional[str] = None) -> dict:
-    """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
-    the Triton kernel's tuned config and each op's host time. cuBLAS and the copy are timed first (nothing to
-    compile); a backend the ``screen`` rules out is not compiled (Quack's JIT costs seconds per GEMM, Triton's
-    tuning compiles a handful of configs), its reason kept as ``<backend>_reason``. Quack is not compiled once
-    this run of the pass has spent its budget on Quack's JIT (``quack_jit_budget``); the result is then marked
-    ``incomplete`` (not stored: a later run times Quack)."""
+def epilogue_runner(site: EpilogueSite):
+    """(run, a, w): ``run(backend, config=None)`` launches the site's epilogue GEMM on fresh random operands of
+    its shape (``config``: that Triton block config instead of the tuned one), a and w its operands."""
     from . import regrouped
-    from .kernels import epilogue_gemm as eg
 
     M, N, K, dev, dt = site.M, site.N, site.K, site.device, site.dtype
     a = torch.randn(M, K, device=dev, dtype=dt)
@@ -712,23 +732,46 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1])
 
+    def run(backend: str, config: Optional[dict] = None):
+        call = regrouped.run_epilogue_gemm if config is not None else regrouped.epilogue_gemm
+        return call(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn, *res_norm,
+                    backend=backend, **head, **({"config": config} if config is not None else {}))
+
+    return run, a, w
+
+
+def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root: Optional[str] = None) -> dict:
+    """GPU times (ms) of cuBLAS, of the bytes the epilogue saves and of each backend's epilogue GEMM, with
+    the Triton kernel's tuned config and each op's host time. cuBLAS and the copy are timed first (nothing to
+    compile); a backend the ``screen`` rules out is not compiled (Quack's JIT costs seconds per GEMM, Triton's
+    tuning compiles a handful of configs), its reason kept as ``<backend>_reason``. Quack is not compiled once
+    this run of the pass has spent its budget on Quack's JIT (``quack_jit_budget``); the result is then marked
+    ``incomplete`` (not stored: a later run times Quack)."""
+    from .kernels import epilogue_gemm as eg
+
+    M, N, K, dt = site.M, site.N, site.K, site.dtype
+    run, a, w = epilogue_runner(site)
+
     def on(backend):
-        return lambda: regrouped.epilogue_gemm(*args, site.row_norm, site.activation, site.write_aux, site.stats,
-                                               site.w_kn, *res_norm, backend=backend, **head)
+        return lambda: run(backend)
 
     wt = w if site.w_kn else w.t()
-    src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=dev, dtype=torch.float16)
+    src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=site.device, dtype=torch.float16)
     dst = torch.empty_like(src)
     times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
     bound = times["mm_ms"] + times["saved_ms"]
     predicted = _predicted(site, cache_root) if screen.margin else {}
     if predicted:
         times["predicted"] = predicted
+        default = _decided_by_model(site, screen, predicted, bound, times["saved_ms"], a)
+        if default is not None:  # a clear win: nothing compiled or timed
+            return dict(times, decided_by_model=True, triton_config=default)
 
     triton_reason = ("not asked for (gemm_backends)" if "triton" not in screen.backends
                      else _screened("triton", predicted, bound, screen))
     if triton_reason is None:
-        on("triton")()  # tunes and compiles outside the graph capture
+        with report.clocked("kernel compile"):
+            on("triton")()  # tunes and compiles outside the graph capture
         times["triton_ms"] = graph_ms(on("triton"))
         times["triton_host_ms"] = host_ms(on("triton"))  # priced where the GEMM runs as an op
     else:
@@ -764,6 +807,30 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
     return times
 
 
+def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound: float, saved_ms: float,
+                      a) -> Optional[dict]:
+    """The Triton config to launch without compiling or timing anything, where the cost model calls the site a
+    clear win: its predicted GPU time (plus the weight fold) times ``margin`` still beats the measured bound by
+    min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run its
+    untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for and
+    installed, could not beat the prediction by the margin either (it would be timed). None: measure. On the 218
+    logged sites (benchmarks/cost_model.py) no site of three waves or more called a clear win this way had
+    measured short of the bound (docs/decisions.md#selectiondecided_by_model)."""
+    from .kernels import epilogue_gemm as eg
+    from .kernels import quack_epilogue_gemm as qg
+
+    if not (screen.margin and screen.direct_launch and "triton" in screen.backends and "triton" in predicted):
+        return None
+    price = predicted["triton"] + _fold_ms(site.fold_bytes, saved_ms, site.saved_bytes)
+    if price * screen.margin * screen.min_speedup >= bound:
+        return None
+    quack_rival = ("quack" in screen.backends and bound > screen.op_floor_ms and "quack" in predicted
+                   and predicted["quack"] / screen.margin < predicted["triton"])
+    if quack_rival and qg.install_reason() is None:
+        return None
+    return eg.default_config(a, _site_epilogue(site), site.N)
+
+
 def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optional[float],
                 screen: Screen) -> Optional[str]:
     """Quack's GPU and host time per call into ``times`` (its JIT costs seconds per config); None, or why it has
@@ -788,7 +855,8 @@ def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optio
         failed = set(regrouped.QUACK_FAILED)
         start = time.perf_counter()
         try:
-            run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
+            with report.clocked("Quack JIT"):
+                run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
         finally:
             _QUACK_JIT["spent_s"] += time.perf_counter() - start
         new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]

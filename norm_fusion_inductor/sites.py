@@ -89,3 +89,4 @@ class EpilogueSite:
     head_dim: int = 0  # a per-head RMSNorm (QK-norm) in the epilogue
     rope: bool = False  # and RoPE after it
     head_norm: bool = True  # with head_dim: False leaves the per-head norm out (RoPE alone)
+    fold_bytes: int = 0  # the weight-side passes the fused path adds per call (γ folded into W in training)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Optional
 
+from .report import clocked
+
 
 def sm_copy(dst, src):
     """dst ← −src: the bytes of a copy, moved by the SMs, as the selection times a copy (a ``copy_`` captured in a
@@ -37,6 +39,11 @@ def graph_ms(fn: Callable, budget_ms: float = 6.0, replays: int = 5, max_calls: 
     ``do_bench_cudagraph(rep=r)`` replays its graph ten times for r ms each (330 ms at r = 30) and captures
     r ms worth of calls: about ten times this one's GPU time, and, for a Python-heavy call, its capture's host time
     too; the selection calls the timer a dozen times per site."""
+    with clocked("GPU timing"):
+        return _graph_ms(fn, budget_ms, replays, max_calls)
+
+
+def _graph_ms(fn: Callable, budget_ms: float, replays: int, max_calls: int) -> float:
     import torch
 
     stream = _side_stream(torch.cuda.current_device())
@@ -105,7 +112,7 @@ def host_ms(fn: Callable, calls: int = 10, batches: int = 5, sync: Optional[Call
 
     sync = sync or torch.cuda.synchronize
     per_batch = []
-    with no_python_dispatcher():
+    with no_python_dispatcher(), clocked("GPU timing"):
         fn()
         sync()
         for _ in range(batches):

@@ -65,19 +65,113 @@ def traced_norm_forms(forms: dict) -> list[tuple[str, pm.PatternExpr]]:
     traced, seen = [], set()
     for form, (fn, param_dtypes) in forms.items():
         for dtype_name, dtype in TRACE_DTYPES.items():
-            inputs = [torch.empty(4, 16, dtype=dtype)]
-            inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
-            pattern = trace_pattern(fn, inputs, {"eps": EPS_PLACEHOLDER})
+            def trace(fn=fn, param_dtypes=param_dtypes, dtype=dtype):
+                inputs = [torch.empty(4, 16, dtype=dtype)]
+                inputs += [torch.empty(16, dtype=dtype if d == "input" else d) for d in param_dtypes]
+                return pm.gen_pattern(fn, inputs, _trace_functional, {"eps": EPS_PLACEHOLDER})
+
+            pattern = cached_pattern(f"norm/{fn.__module__}.{fn.__qualname__}/{param_dtypes}/{dtype_name}", trace)
+            _allow_extra_users(pattern)
             if repr(pattern) not in seen:
                 seen.add(repr(pattern))
                 traced.append((f"{form}/{dtype_name}", pattern))
     return traced
 
 
-def trace_pattern(search_fn: Callable, example_inputs: list, scalar_workaround: dict) -> pm.PatternExpr:
-    """Pattern of ``search_fn`` as Inductor decomposes it, with every intermediate allowed extra users."""
-    pattern = pm.gen_pattern(search_fn, example_inputs, _trace_functional, scalar_workaround)
-    _allow_extra_users(pattern)
+# --- traced patterns kept on disk ---------------------------------------------------------------------------------
+# Tracing the forms costs about 1.5 s per process (64 traces through make_fx and Inductor's decompositions). A
+# trace is kept as the Python code Inductor's own serialized patterns are written in (``PatternPrettyPrinter``),
+# in one file per torch version and pattern sources under the config's cache folder, and read back in
+# milliseconds. Only code that reads back to the same pattern is kept.
+
+_PATTERN_FILE_VERSION = 1
+_PATTERN_ROOT = {"root": None}  # the cache folder of the pass's current run (None: the config's default)
+_PATTERN_CODE: dict = {}  # cache file -> {key: code}, as read or written by this process
+
+
+@contextlib.contextmanager
+def pattern_cache_root(root: Optional[str]):
+    """Traces made inside are kept in (and read from) ``root``'s pattern cache."""
+    saved = _PATTERN_ROOT["root"]
+    _PATTERN_ROOT["root"] = root
+    try:
+        yield
+    finally:
+        _PATTERN_ROOT["root"] = saved
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern_sources_digest() -> str:
+    """What a trace depends on: torch (its decompositions) and the pattern modules (the forms, the tracer)."""
+    import hashlib
+    import pathlib
+
+    h = hashlib.sha256(f"{torch.__version__}|{_PATTERN_FILE_VERSION}".encode())
+    for path in sorted(pathlib.Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _pattern_file():
+    import pathlib
+
+    from norm_fusion_inductor.config import NormFusionConfig
+
+    root = _PATTERN_ROOT["root"] or NormFusionConfig().cache_root
+    return pathlib.Path(root) / "patterns" / f"{_pattern_sources_digest()}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern_namespace() -> dict:
+    """The names the printed patterns use (as the header of Inductor's serialized pattern files provides)."""
+    names = {name: getattr(pm, name) for name in dir(pm)
+             if isinstance(getattr(pm, name), type) and issubclass(getattr(pm, name), (pm.PatternExpr, pm._TargetExpr))}
+    return dict(names, torch=torch, operator=operator, aten=torch.ops.aten, prims=torch.ops.prims)
+
+
+def _read_pattern(code: str) -> pm.PatternExpr:
+    namespace = dict(_pattern_namespace())
+    exec(compile(code, "<norm_fusion pattern cache>", "exec"), namespace)  # noqa: S102 (our own cache's code)
+    return namespace["pattern"]
+
+
+def cached_pattern(key: str, trace: Callable[[], pm.PatternExpr]) -> pm.PatternExpr:
+    """``trace()``'s pattern, a new object each call (callers set its users): read from the pattern cache where
+    an earlier trace of ``key`` was kept, else traced now and kept."""
+    import json
+    import os
+
+    from norm_fusion_inductor import report
+
+    path = _pattern_file()
+    if path not in _PATTERN_CODE:
+        try:
+            _PATTERN_CODE[path] = dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            _PATTERN_CODE[path] = {}
+    codes = _PATTERN_CODE[path]
+    if key in codes:
+        try:
+            return _read_pattern(codes[key])
+        except Exception:  # written by something else: trace again
+            del codes[key]
+    with report.clocked("pattern tracing"):
+        pattern = trace()
+    try:
+        code = pm.PatternPrettyPrinter.run(pattern, "pattern")
+        if repr(_read_pattern(code)) != repr(pattern):
+            return pattern
+    except Exception:  # a pattern the printer does not cover stays traced per process
+        return pattern
+    codes[key] = code
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(codes, indent=0))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache folder only costs the trace next time
     return pattern
 
 

@@ -46,7 +46,7 @@ from norm_fusion_inductor import regrouped  # registers torch.ops.norm_fusion.ep
 from norm_fusion_inductor.report import Implementation
 
 from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
-                     backward_reads_normed, is_row_mean, size_hint, traced_norm_forms)
+                     backward_reads_normed, cached_pattern, is_row_mean, size_hint, traced_norm_forms)
 from .norm_forms import RMS_FORMS
 
 FUSION = "regrouped_norm"
@@ -100,10 +100,14 @@ def _activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
     """(name, gated, pattern), traced once per dtype class like the norm forms."""
     patterns, seen = [], set()
     for forms, gated in ((GATED_FORMS, True), (ACTIVATION_FORMS, False)):
-        for name, fn in forms:
-            for dtype in TRACE_DTYPES.values():
-                args = [torch.empty(4, 16, dtype=dtype) for _ in range(2 if gated else 1)]  # distinct: not one input
-                pattern = _any_users(pm.gen_pattern(fn, args, pm.fwd_only))
+        for index, (name, fn) in enumerate(forms):
+            for dtype_name, dtype in TRACE_DTYPES.items():
+                def trace(fn=fn, dtype=dtype, gated=gated):
+                    args = [torch.empty(4, 16, dtype=dtype) for _ in range(2 if gated else 1)]  # distinct inputs
+                    return pm.gen_pattern(fn, args, pm.fwd_only)
+
+                key = f"activation/{'gated' if gated else 'plain'}/{index}/{name}/{dtype_name}"
+                pattern = _any_users(cached_pattern(key, trace))
                 if (name, repr(pattern)) not in seen:
                     seen.add((name, repr(pattern)))
                     patterns.append((name, gated, pattern))

@@ -458,3 +458,33 @@ def test_norms_no_family_takes_are_reported_once_with_what_they_feed():
         regrouped.table()
     tail = next(s for s in result.sites if s.fusion == "standalone")
     assert "feeds no matmul or attention" in tail.reason and "tanh" in tail.reason
+
+
+def test_traced_patterns_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
+    """A norm form's trace is kept as Python code in the cache folder; a later process reads it back as the same
+    pattern without tracing (tracing costs ~1.5 s per process); an unreadable entry is traced again."""
+    from torch._inductor import pattern_matcher as pm
+
+    from norm_fusion_inductor.patterns import common
+    from norm_fusion_inductor.patterns.norm_forms import RMS_FORMS
+
+    forms = {"hf_llama": RMS_FORMS["hf_llama"], "gemma": RMS_FORMS["gemma"]}
+    monkeypatch.setattr(common, "_PATTERN_CODE", {})
+    with common.pattern_cache_root(str(tmp_path)):
+        traced = [(name, repr(p)) for name, p in common.traced_norm_forms(forms)]
+        files = list((tmp_path / "patterns").glob("*.json"))
+        assert len(files) == 1 and len(traced) == 4  # two forms, two dtype classes
+        monkeypatch.setattr(common, "_PATTERN_CODE", {})  # a new process
+        monkeypatch.setattr(pm, "gen_pattern", lambda *args, **kw: pytest.fail("traced again"))
+        assert [(name, repr(p)) for name, p in common.traced_norm_forms(forms)] == traced
+        monkeypatch.undo()
+        monkeypatch.setattr(common, "_PATTERN_CODE", {})
+        files[0].write_text(files[0].read_text().replace("CallFunction(", "NoSuchPattern("))
+        assert [(name, repr(p)) for name, p in common.traced_norm_forms(forms)] == traced
+
+
+def test_pass_reports_where_its_compile_time_went():
+    """``explain`` returns the pass's seconds by phase (report.PHASES)."""
+    result = nfi.explain(nn.Sequential(LlamaRMSNorm(32), nn.Linear(32, 32)), torch.randn(4, 32))
+    assert result.pass_seconds.get("pass", 0) > 0 and set(result.pass_seconds) <= set(nfi.report.PHASES)
+    assert nfi.report.format_seconds(result.pass_seconds).startswith("pass ")

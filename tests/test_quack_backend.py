@@ -4,6 +4,7 @@ is installed on an sm_90+ GPU, every epilogue it takes against float64 and a mod
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -301,6 +302,111 @@ def test_quack_screened_where_triton_is_measured_cheaper(monkeypatch):
     times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(margin=1.2, host_priced=False))
     assert "triton_ms" in times and "quack_ms" not in times and not checked
     assert times["quack_reason"].endswith("not under the other backend's measured 0.8000 ms"), times
+
+
+DEFAULT_TILE_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8, FLATTEN=True,
+                           WARP_SPECIALIZE=False, CTAS_PER_SM=1)
+
+
+@pytest.mark.parametrize("predicted_triton, screen, quack_installed, decided", [
+    (0.7, dict(), False, True),  # 0.7 * 1.2 * 1.05 = 0.88 < 1.0: a clear win
+    (0.8, dict(), False, False),  # 0.8 * 1.2 * 1.05 = 1.008: close, measured
+    (0.7, dict(direct_launch=False), False, False),  # through the op: its host time must be measured
+    (0.7, dict(), True, False),  # Quack installed and predicted 0.6 / 1.2 < 0.7: it could win, so both are timed
+    (0.7, dict(backends=("triton",)), True, True),  # ... unless Quack is not asked for
+])
+def test_cost_model_decides_a_clear_win_without_compiling(monkeypatch, tmp_path, predicted_triton, screen,
+                                                          quack_installed, decided):
+    """Where the pass launches the Triton kernel directly, a GEMM the cost model predicts to beat the measured
+    bound (cuBLAS 0.6 + copy 0.4 ms) by min_speedup with model_margin to spare is taken with the kernel's
+    default config, neither compiled nor timed; a close call, an op call or a Quack rival is measured. Timings
+    faked (graph_ms answers cuBLAS, the copy, then the kernels); the GEMMs run on the CPU."""
+    _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.75, quack=0.7), 0.0,
+                  dict(triton=predicted_triton, quack=0.6))
+    monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
+    if not quack_installed:
+        monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable")
+    full = dict(margin=1.2, host_priced=False, direct_launch=True)
+    times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(**dict(full, **screen)))
+    assert bool(times.get("decided_by_model")) is decided, times
+    assert ("triton_ms" in times) is not decided and ("quack_ms" in times) is (not decided and quack_installed)
+    if decided:
+        assert times["triton_config"] == DEFAULT_TILE_CONFIG and times["predicted"]["triton"] == predicted_triton
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+        monkeypatch.setattr(selection, "_cached_epilogue", lambda site, config, direct=False: dict(times))
+        choice = _choose(NormFusionConfig(cache_dir=str(tmp_path)), direct_launch=True)
+        assert choice.implementation == "regrouped_triton" and choice.plan == DEFAULT_TILE_CONFIG
+        assert f"predicted {predicted_triton:.4f} ms by the cost model" in choice.reason
+        assert "decided without compiling it" in choice.reason and "128x256x64" in choice.reason
+
+
+def test_weight_fold_counts_in_a_clear_win(monkeypatch):
+    """The per-call weight fold is part of the fused price the model judges: 0.7 ms predicted plus a fold priced
+    at the copy's rate (0.4 ms for 4096 bytes: 0.1 ms for 1024) is no longer a clear win."""
+    _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.75, quack=0.7), 0.0, dict(triton=0.7))
+    monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
+    monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable")
+    site = dataclasses.replace(SCREEN_SITE, fold_bytes=1024)
+    times = selection._measure_epilogue(site, selection.Screen(margin=1.2, host_priced=False, direct_launch=True))
+    assert not times.get("decided_by_model") and "triton_ms" in times, times
+
+
+def test_default_config_applies_to_large_16_bit_grids():
+    """The untuned config (``epilogue_gemm.default_config``): 128x256x64, 3 stages, 8 warps, the flattened loop
+    except for the statistics epilogues; none for small grids (under DEFAULT_TILE_MIN_WAVES waves of 132 SMs),
+    fp32, the post-norm's whole rows, the norm's backward, RoPE, a residual normalized on load and head_dim 256."""
+
+    class CudaOperand:  # what default_config reads of a: no GPU here
+        is_cuda, device = True, torch.device("cuda", 0)
+
+        def __init__(self, M, K, dtype=torch.bfloat16):
+            self.shape, self.dtype = (M, K), dtype
+
+        def element_size(self):
+            return torch.empty((), dtype=self.dtype).element_size()
+
+    original = eg._num_sms
+    eg._num_sms = lambda index: 132
+    try:
+        big = CudaOperand(65536, 1024)
+        cfg = eg.default_config(big, eg.Epilogue(row_norm="rms", activation="silu"), 1024)
+        assert {k: cfg[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and cfg["FLATTEN"]
+        stats = eg.default_config(big, eg.Epilogue(residual=True, stats="rms"), 1024)
+        assert stats["BLOCK_N"] == 256 and not stats["FLATTEN"]
+        # 512 x 4 = 2048 tiles >= 3 x 132; 128 x 4 = 512 >= 396; 64 x 4 = 256 < 396
+        assert eg.default_config(CudaOperand(16384, 1024), eg.Epilogue(row_norm="rms"), 1024) is not None
+        assert eg.default_config(CudaOperand(8192, 1024), eg.Epilogue(row_norm="rms"), 1024) is None
+        assert eg.default_config(CudaOperand(65536, 1024, torch.float32), eg.Epilogue(row_norm="rms"), 1024) is None
+        assert eg.default_config(big, eg.Epilogue(post_norm="rms"), 256) is None
+        assert eg.default_config(big, eg.Epilogue(head_dim=256), 2048) is None
+        assert eg.default_config(big, eg.Epilogue(head_dim=128), 2048) is not None
+        assert eg.default_config(big, eg.Epilogue(head_dim=128, rope=True), 2048) is None
+        assert eg.default_config(big, eg.Epilogue(residual=True, stats="rms", residual_norm="rms"), 1024) is None
+    finally:
+        eg._num_sms = original
+
+
+def test_tuner_runs_the_default_config_untimed(monkeypatch):
+    """Where ``default_config`` applies the tuner times nothing: that config, launched once, is the tuned one; a
+    default that fails there (shared memory) is left out and the others are tuned."""
+    other = dict(DEFAULT_TILE_CONFIG, BLOCK_N=128)
+    monkeypatch.setattr(eg, "_TUNED", {})
+    monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
+    monkeypatch.setattr(eg, "_configs", lambda a, epilogue, N=0: [dict(DEFAULT_TILE_CONFIG), other])
+    monkeypatch.setattr(eg, "fastest_config", lambda *args, **kw: pytest.fail("timed"))
+    a, w = torch.empty(64, 32), torch.empty(32, 32)
+    launched = []
+    assert eg.tuned_config(a, w, False, eg.Epilogue(), launched.append) == DEFAULT_TILE_CONFIG
+    assert launched == [DEFAULT_TILE_CONFIG]
+    assert eg.tuned_for(64, 32, 32, torch.float32, False, eg.Epilogue()) == DEFAULT_TILE_CONFIG
+
+    def out_of_shared_memory(cfg):
+        raise RuntimeError("out of resource: shared memory")
+
+    offered = []
+    monkeypatch.setattr(eg, "fastest_config", lambda configs, *args, **kw: offered.extend(configs) or configs[0])
+    assert eg.tuned_config(a, w, False, eg.Epilogue(row_norm="rms"), out_of_shared_memory) == other
+    assert offered == [other]
 
 
 @pytest.mark.parametrize("probe_ms, tuned", [(0.95, False), (0.75, True)])

@@ -5,18 +5,24 @@ config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
     python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...] [--only PIECE ...]
+    python benchmarks/diagnostics/epilogue_configs.py --grid [--json out.json]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
 the producer's residual read and statistics). ``--variant FIELD``: each piece the kernel tuning field FIELD changes
-(``VARIANTS``) timed also with it on, in the same rounds, and checked against the piece without it.
+(``VARIANTS``) timed also with it on, in the same rounds, and checked against the piece without it. ``--grid``:
+every config the tuner offers at each site of the calibration grid (``calibrate.SITES``) and the recsys towers'
+GEMMs, as the selection builds them (``selection.epilogue_runner``), timed by ``timing.graph_ms``: how far each
+config runs from the tuned one (the case for deciding a site without tuning it).
 Median ms (do_bench), interleaved over the rounds; GPU only.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+import time
 
 import torch
 
@@ -121,6 +127,68 @@ def pieces(shapes, rounds: int, variants=(), only=()) -> None:
         print("configs:", eg.tuned_configs(), sep="\n")
 
 
+TOWER_SITES = (  # the recsys towers' regrouped GEMMs (benchmarks/blocks.py), as calibrate.GridSite fields
+    ("activation", 262144, 256, 1024, "silu"), ("producer_rms", 262144, 1024, 256),
+    ("consumer_ln_gelu", 131072, 512, 1024, "gelu"), ("producer_ln", 131072, 1024, 512),
+)
+
+
+def label_of(cfg: dict) -> str:
+    return (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']}"
+            f"{' flat' if cfg['FLATTEN'] else ''}{' WS' if cfg['WARP_SPECIALIZE'] else ''} x{cfg['CTAS_PER_SM']}")
+
+
+def grid(rounds: int, json_path: str | None) -> None:
+    """Each config of each grid site, GPU ms by CUDA-graph replay, interleaved over ``rounds``."""
+    import json
+
+    from norm_fusion_inductor import calibrate, selection
+    from norm_fusion_inductor.timing import graph_ms
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    sites = []
+    for kind, M, K, N, *act in TOWER_SITES:
+        g = calibrate.GridSite(kind if kind != "consumer_ln_gelu" else "activation", M, K, N, *act)
+        site = calibrate.epilogue_site(g, device)
+        if kind == "consumer_ln_gelu":
+            site = dataclasses.replace(site, row_norm="ln")
+        sites.append((kind, site))
+    sites += [(g.kind, calibrate.epilogue_site(g, device)) for g in calibrate.SITES]
+    rows = []
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  grid of {len(sites)} sites", flush=True)
+    for kind, site in sites:
+        run, a, w = selection.epilogue_runner(site)
+        epilogue = selection._site_epilogue(site)
+        configs = eg._configs(a, epilogue, site.N)
+        fns = {}
+        start = time.perf_counter()
+        for cfg in configs:
+            try:
+                run("triton", cfg)
+                torch.cuda.synchronize()
+            except Exception as e:
+                print(f"  {label_of(cfg)} failed: {type(e).__name__}: {str(e)[:120]}")
+                continue
+            fns[label_of(cfg)] = lambda cfg=cfg: run("triton", cfg)
+        compile_s = time.perf_counter() - start
+        wt = w if site.w_kn else w.t()
+        fns["cublas"] = lambda: torch.mm(a, wt)
+        t = interleaved_medians(fns, rounds, graph_ms)
+        best = min(v for k, v in t.items() if k != "cublas")
+        name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}"
+        print(f"\n{name}: ms (/ best config), cuBLAS {t['cublas']:.4f}; {len(fns) - 1} configs compiled one by one "
+              f"in {compile_s:.1f} s", flush=True)
+        for label, ms in sorted(((k, v) for k, v in t.items() if k != "cublas"), key=lambda kv: kv[1]):
+            print(f"  {label:34s} {ms:.4f} ({ms / best:.3f})")
+        rows.append(dict(kind=kind, M=site.M, K=site.K, N=site.N, activation=site.activation, aux=site.write_aux,
+                         cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
+        fns.clear()
+        torch.cuda.empty_cache()
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("cases", nargs="*")
@@ -129,7 +197,12 @@ def main() -> int:
     p.add_argument("--variant", nargs="+", default=[], choices=sorted(VARIANTS),
                    help="with --pieces: these kernel tuning fields on beside the pieces they change")
     p.add_argument("--only", nargs="+", default=[], choices=sorted(PIECES), help="with --pieces: these pieces alone")
+    p.add_argument("--grid", action="store_true", help="every config at the calibration grid's sites")
+    p.add_argument("--json", help="with --grid: the times as JSON")
     args = p.parse_args()
+    if args.grid:
+        grid(args.rounds, args.json)
+        return 0
     if args.pieces:
         pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.variant, args.only)
         return 0

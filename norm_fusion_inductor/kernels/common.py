@@ -62,14 +62,17 @@ def fastest_config(configs, run, what: str, compile_only=None, time_one=None):
     compiles a config without launching it: all are compiled first, on threads (Triton's compiler and ptxas run
     outside the GIL), then timed one by one; the few within ``FINALIST_SPREAD`` of the fastest are timed again,
     interleaved, and the lowest median wins. ``time_one(fn)``: the timer (``timing.graph_ms``)."""
+    from ..report import clocked
     from ..timing import graph_ms, interleaved_medians
 
     time_one = time_one or graph_ms
-    precompile(configs, compile_only)
+    with clocked("kernel compile"):
+        precompile(configs, compile_only)
     timed = []
     for i, cfg in enumerate(configs):
         try:
-            run(cfg)  # compile outside the graph capture
+            with clocked("kernel compile"):
+                run(cfg)  # compile (where precompile could not) and load, outside the graph capture
             timed.append((time_one(lambda cfg=cfg: run(cfg)), i))
         except Exception:
             continue

@@ -83,6 +83,12 @@ class NormFusionConfig:
     #: compile (a new graph, a new process, Inductor's cache missed) times Quack there. Without it a tower's first
     #: compile took 34.8 s against torch.compile's 5.0 (docs/decisions.md#confignormfusionconfigquack_jit_budget_s)
     quack_jit_budget_s: float = 5.0
+    #: with policy "auto", the seconds that one run of the pass over a graph may spend compiling and timing the
+    #: Triton kernels of the close calls (sites the cost model does not call a clear win or loss: about 1-3 s
+    #: each, the Triton JIT of one config); once spent, the sites left stay unfused in that compile and their
+    #: measurements are kept pending, so a later compile (Inductor's FX graph cache misses while one is
+    #: pending) times them. The first measured site always runs. ``float("inf")``: no bound
+    measure_budget_s: float = 3.0
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).
@@ -126,9 +132,10 @@ class NormFusionConfig:
         _check_type("model_margin", self.model_margin, (int, float))
         if self.model_margin < 0 or 0 < self.model_margin < 1:
             raise ValueError(f"norm_fusion option 'model_margin' must be 0 (off) or >= 1, got {self.model_margin}")
-        _check_type("quack_jit_budget_s", self.quack_jit_budget_s, (int, float))
-        if self.quack_jit_budget_s < 0:
-            raise ValueError(f"norm_fusion option 'quack_jit_budget_s' must be >= 0, got {self.quack_jit_budget_s}")
+        for name in ("quack_jit_budget_s", "measure_budget_s"):
+            _check_type(name, getattr(self, name), (int, float))
+            if getattr(self, name) < 0:
+                raise ValueError(f"norm_fusion option '{name}' must be >= 0, got {getattr(self, name)}")
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")

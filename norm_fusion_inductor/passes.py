@@ -136,7 +136,7 @@ class NormFusionPass(CustomGraphPass):
         before = report.seconds()
         ctx = PassContext(graph, self.config, self.STAGE)
         with report.clocked("pass"), pattern_cache_root(self.config.cache_root), \
-                selection.quack_jit_budget(self.config.quack_jit_budget_s):  # the Quack JIT budget is per graph
+                selection.measurement_budgets(self.config.quack_jit_budget_s, self.config.measure_budget_s):
             for fusion, step in STAGES[self.STAGE]:  # pre-norm sites first: the post-norm takes what is left
                 if fusion in self.config.fusions:
                     step.apply(graph, ctx)
@@ -167,7 +167,7 @@ class NormFusionPass(CustomGraphPass):
         from . import selection
         from .kernels import tuning
 
-        # a measurement left for a later compile (quack_jit_budget_s) must reach the pass, not the FX graph cache
+        # a measurement left for a later compile (the budgets) must reach the pass, not the FX graph cache
         pending = selection.pending_token(self.config)
         return (f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{tuning.current()!r}:{chained_id!r}"
                 f":{pending}")

@@ -112,17 +112,22 @@ def since(count: int) -> list[SiteRecord]:
 # timings). The pass logs what one run over a graph added (``seconds_since``); ``explain`` returns it.
 
 _SECONDS: collections.Counter = collections.Counter()
+_OPEN: collections.Counter = collections.Counter()  # blocks of each phase open now (a nested one is not counted)
 PHASES = ("pass", "pattern tracing", "measurement", "kernel compile", "GPU timing", "Quack JIT", "child process")
 
 
 @contextlib.contextmanager
 def clocked(phase: str):
-    """Count the wall time of the block to ``phase`` (one of ``PHASES``)."""
+    """Count the wall time of the block to ``phase`` (one of ``PHASES``), unless it runs inside another block of
+    the same phase (a compile inside a compile counts once)."""
     start = time.perf_counter()
+    _OPEN[phase] += 1
     try:
         yield
     finally:
-        _SECONDS[phase] += time.perf_counter() - start
+        _OPEN[phase] -= 1
+        if not _OPEN[phase]:
+            _SECONDS[phase] += time.perf_counter() - start
 
 
 def seconds() -> dict:

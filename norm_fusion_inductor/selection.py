@@ -63,20 +63,24 @@ FOLD_KERNEL_MIN_MS = 0.0016
 # (pending_token) until a compile completes it, or for PENDING_TTL_S at most (its site may be gone)
 PENDING = "__pending__"
 PENDING_TTL_S = 3600.0
-# the Quack JIT budget of the pass's current run over a graph (NormFusionConfig.quack_jit_budget_s) and the
-# seconds spent of it; no budget outside a run (a direct call of the selection)
+# the budgets of the pass's current run over a graph and the seconds spent of each: Quack's JIT
+# (NormFusionConfig.quack_jit_budget_s) and the Triton kernels' compiles and timings of the close calls
+# (measure_budget_s); none outside a run (a direct call of the selection)
 _QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
+_TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0}
 
 
 @contextlib.contextmanager
-def quack_jit_budget(seconds: float):
-    """The Quack JIT budget of one run of the pass over a graph (measurements outside any run, such as
-    ``calibrate``'s, have none)."""
-    _QUACK_JIT.update(budget_s=float(seconds), spent_s=0.0)
+def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
+    """The budgets of one run of the pass over a graph (measurements outside any run, such as ``calibrate``'s,
+    have none)."""
+    _QUACK_JIT.update(budget_s=float(quack_jit_s), spent_s=0.0)
+    _TRITON_MEASURE.update(budget_s=float(triton_s), spent_s=0.0)
     try:
         yield
     finally:
         _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
+        _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0)
 
 
 def _live_pending(entries) -> dict:
@@ -769,11 +773,20 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
 
     triton_reason = ("not asked for (gemm_backends)" if "triton" not in screen.backends
                      else _screened("triton", predicted, bound, screen))
+    if triton_reason is None and _TRITON_MEASURE["spent_s"] >= _TRITON_MEASURE["budget_s"]:
+        triton_reason = (f"not compiled in this compile: its measurement budget (measure_budget_s="
+                         f"{_TRITON_MEASURE['budget_s']:g}) is spent ({_TRITON_MEASURE['spent_s']:.1f} s); a later "
+                         "compile times it")
+        times["incomplete"] = True
     if triton_reason is None:
-        with report.clocked("kernel compile"):
-            on("triton")()  # tunes and compiles outside the graph capture
-        times["triton_ms"] = graph_ms(on("triton"))
-        times["triton_host_ms"] = host_ms(on("triton"))  # priced where the GEMM runs as an op
+        start = time.perf_counter()
+        try:
+            with report.clocked("kernel compile"):
+                on("triton")()  # tunes and compiles outside the graph capture
+            times["triton_ms"] = graph_ms(on("triton"))
+            times["triton_host_ms"] = host_ms(on("triton"))  # priced where the GEMM runs as an op
+        finally:
+            _TRITON_MEASURE["spent_s"] += time.perf_counter() - start
     else:
         times["triton_reason"] = triton_reason
 

@@ -629,7 +629,7 @@ def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, 
                               quack_jit_budget_s=0.5)
     site = lambda n: selection.EpilogueSite(64, n, 32, torch.float32, torch.device("cpu"), "rms", "none",  # noqa: E731
                                             False, "none", False, False, 64 * 32 * 4)
-    with selection.quack_jit_budget(config.quack_jit_budget_s):
+    with selection.measurement_budgets(config.quack_jit_budget_s):
         first = selection._cached_epilogue(site(64), config)
         assert first["quack_ms"] == 0.9 and jits == [64]
         selection._QUACK_JIT["spent_s"] = 0.6  # the first JIT took longer than the budget
@@ -641,7 +641,7 @@ def test_quack_jit_stops_at_the_compiles_budget_and_is_timed_later(monkeypatch, 
     with monkeypatch.context() as clock:
         clock.setattr(selection.time, "time", lambda: later)
         assert selection.pending_token(config) == ""
-    with selection.quack_jit_budget(config.quack_jit_budget_s):  # the next compile
+    with selection.measurement_budgets(config.quack_jit_budget_s):  # the next compile
         assert selection._cached_epilogue(site(128), config)["quack_ms"] == 0.9 and jits == [64, 128]
         assert selection._cached_epilogue(site(64), config)["quack_ms"] == 0.9 and jits == [64, 128]  # stored
     assert selection._QUACK_JIT["budget_s"] == float("inf")  # none outside a run of the pass
@@ -664,12 +664,37 @@ def test_a_probe_that_came_close_waits_for_a_later_compile_once_the_budget_is_sp
         selection._QUACK_JIT["spent_s"] += 1.0
 
     times = {}
-    with selection.quack_jit_budget(0.5):
+    with selection.measurement_budgets(0.5):
         reason = selection._time_quack(times, run, site, bound=10.0, rival=None, screen=selection.Screen(margin=1.2))
     assert reason is None and runs == [1] and times["quack_ms"] == 0.5, times
     assert times["incomplete"] and times["quack_probe_budget"], times
     times = {}
     qg._TUNED.clear()
-    with selection.quack_jit_budget(60.0):  # budget left: the shortlist is tuned after the probe
+    with selection.measurement_budgets(60.0):  # budget left: the shortlist is tuned after the probe
         selection._time_quack(times, run, site, bound=10.0, rival=None, screen=selection.Screen(margin=1.2))
     assert len(runs) == 3 and "incomplete" not in times, times
+
+
+def test_triton_measurements_stop_at_the_compiles_budget_and_are_timed_later(monkeypatch, tmp_path):
+    """Once a run of the pass has spent measure_budget_s compiling and timing Triton kernels, the next close call
+    is not compiled: it stays unfused in this compile, its reason names the budget, and it is pending (the FX graph
+    cache misses) until the next run times it. Timers faked; the GEMMs run on the CPU."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    monkeypatch.setattr(selection, "graph_ms", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(selection, "host_ms", lambda fn: 0.1)
+    config = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("triton",), model_margin=0,
+                              measure_budget_s=0.5)
+    site = lambda n: selection.EpilogueSite(64, n, 32, torch.float32, torch.device("cpu"), "rms", "none",  # noqa: E731
+                                            False, "none", False, False, 64 * 32 * 4)
+    with selection.measurement_budgets(config.quack_jit_budget_s, config.measure_budget_s):
+        assert selection._cached_epilogue(site(64), config)["triton_ms"] == 1.0
+        selection._TRITON_MEASURE["spent_s"] = 0.6  # the first took longer than the budget
+        second = selection._cached_epilogue(site(128), config)
+        assert "triton_ms" not in second and "measure_budget_s=0.5" in second["triton_reason"], second
+    assert selection.pending_token(config)
+    with selection.measurement_budgets(config.quack_jit_budget_s, config.measure_budget_s):  # the next compile
+        assert selection._cached_epilogue(site(128), config)["triton_ms"] == 1.0
+    assert selection._TRITON_MEASURE["budget_s"] == float("inf") and selection.pending_token(config) == ""
+    with pytest.raises(ValueError, match="measure_budget_s"):
+        NormFusionConfig(measure_budget_s=-1)

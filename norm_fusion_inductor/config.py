@@ -73,7 +73,10 @@ class NormFusionConfig:
     #: for the H200, measured by ``python -m norm_fusion_inductor calibrate`` for another), a regrouped
     #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
     #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
-    #: compiled or timed: a clear loss costs no JIT. At 1.2, none of the 211 backend timings logged on the H200
+    #: compiled or timed: a clear loss costs no JIT. Where the pass launches the Triton kernel itself, a GEMM of
+    #: three waves or more whose predicted time times this factor still beats the bound by min_speedup (and that
+    #: Quack could not beat) runs its untuned default config, neither compiled nor timed in the pass: a clear
+    #: win (selection._decided_by_model). At 1.2, none of the 211 backend timings logged on the H200
     #: would have been screened wrongly with constants fitted without their shape (at 1.15, 6 would);
     #: ``benchmarks/cost_model.py``. 0 turns the screen off (every backend timed)
     model_margin: float = 1.2

@@ -828,7 +828,7 @@ def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound
     untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for and
     installed, could not beat the prediction by the margin either (it would be timed). None: measure. On the 218
     logged sites (benchmarks/cost_model.py) no site of three waves or more called a clear win this way had
-    measured short of the bound (docs/decisions.md#selectiondecided_by_model)."""
+    measured short of the bound (docs/decisions.md#selection_decided_by_model)."""
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 

@@ -733,12 +733,10 @@ def fast_sigmoid(dtype: torch.dtype, device: torch.device) -> bool:
 
 _TUNED: dict = {}
 
-# The config that runs a GEMM untuned where its grid is large enough (``default_config``): every config offered,
-# timed at the 27 sites of the calibration grid and the recsys towers' four GEMMs (bf16, M 16k–256k, K and N
-# 256–4096; benchmarks/diagnostics/epilogue_configs.py --grid), had the 128×256×64 tile at 3 stages and 8 warps
-# within 4.1 % of the fastest config at every site and 0.3 % on average (flattened loop without statistics,
-# plain loop with them: within 1.6 % at every producer), where the other configs ran 3–68 % slower on average.
-# Tuning compiles every config (about 1 s of Triton JIT each), which was most of the plugin's first compile.
+# The config that runs a GEMM untuned where its grid is large enough (``default_config``): at every site of the
+# calibration grid and the recsys towers (bf16, M 16k–256k, K and N 256–4096) it ran within a few per cent of the
+# fastest config the tuner offers, while tuning compiles every config (about 1 s of Triton JIT each), which was
+# most of the plugin's first compile (docs/decisions.md#epilogue_gemmdefault_tile).
 DEFAULT_TILE = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, CTAS_PER_SM=1)
 # a grid with fewer tiles than this many per SM (partial waves, small M) is tuned: there the tile size matters
 DEFAULT_TILE_MIN_WAVES = 3

@@ -826,7 +826,7 @@ def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound
     clear win: its predicted GPU time (plus the weight fold) times ``margin`` still beats the measured bound by
     min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run its
     untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for and
-    installed, could not beat the prediction by the margin either (it would be timed). None: measure. On the 218
+    installed, could not beat the prediction by the margin either (it would be timed). None: measure. On the 246
     logged sites (benchmarks/cost_model.py) no site of three waves or more called a clear win this way had
     measured short of the bound (docs/decisions.md#selection_decided_by_model)."""
     from .kernels import epilogue_gemm as eg

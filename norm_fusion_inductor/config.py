@@ -88,7 +88,7 @@ class NormFusionConfig:
     quack_jit_budget_s: float = 5.0
     #: with policy "auto", the seconds that one run of the pass over a graph may spend compiling and timing the
     #: Triton kernels of the close calls (sites the cost model does not call a clear win or loss: about 1-3 s
-    #: each, the Triton JIT of one config); once spent, the sites left stay unfused in that compile and their
+    #: each, the Triton JIT of one config) and of the post-norm sites; once spent, the sites left stay unfused in that compile and their
     #: measurements are kept pending, so a later compile (Inductor's FX graph cache misses while one is
     #: pending) times them. The first measured site always runs. ``float("inf")``: no bound
     measure_budget_s: float = 3.0

@@ -206,9 +206,11 @@ def pending_token(config: NormFusionConfig) -> str:
 
 def _measured_choice(site: PostNormSite, config: NormFusionConfig) -> Choice:
     try:
-        t = _cached(site, config, "times", _measure)
+        t = _cached(site, config, "times", _within_budget(_measure))
     except Exception as e:  # never let a failed measurement break the compile: keep the unfused path
         return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
+    if t.get("incomplete"):
+        return Choice(False, Implementation.UNFUSED, t["reason"])
     if t.get("plan") is not None:  # what policy "always" (a compiled_check child) asks for: not tuned again there
         _cached(site, config, "plan", lambda site: {"plan": t["plan"]})
     # the norm kernel's bytes: its input read and output written (a copy), plus each residual read
@@ -227,6 +229,24 @@ def _measured_choice(site: PostNormSite, config: NormFusionConfig) -> Choice:
         return Choice(False, Implementation.UNFUSED, f"{detail}; but the kernel is shorter than min_kernel_ms="
                                                      f"{config.min_kernel_ms} and the op's host cost would dominate")
     return Choice(True, Implementation.FUSED_TRITON, f"{detail}; config {_plan_name(plan)}", plan)
+
+
+def _within_budget(measure):
+    """``measure(site)`` counted against the run's Triton measurement budget (``measure_budget_s``); once the
+    budget is spent, an incomplete result that says so instead (kept pending: a later compile measures it)."""
+    def measure_within_budget(site):
+        if _TRITON_MEASURE["spent_s"] >= _TRITON_MEASURE["budget_s"]:
+            return {"incomplete": True, "reason": (
+                f"not measured in this compile: its measurement budget (measure_budget_s="
+                f"{_TRITON_MEASURE['budget_s']:g}) is spent ({_TRITON_MEASURE['spent_s']:.1f} s); a later compile "
+                "measures it")}
+        start = time.perf_counter()
+        try:
+            return measure(site)
+        finally:
+            _TRITON_MEASURE["spent_s"] += time.perf_counter() - start
+
+    return measure_within_budget
 
 
 def _compiled_check(site: PostNormSite, config: NormFusionConfig, before: str) -> Choice:

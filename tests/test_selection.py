@@ -469,3 +469,21 @@ def test_timing_leaves_no_memory_allocated():
         assert graph_ms(lambda: torch.mm(a, a)) > 0
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() <= before
+
+
+def test_post_norm_measurement_counts_against_the_budget(measured):
+    """The post-norm's measurement (tuning every whole-row config) spends the run's measure_budget_s like the
+    regrouped GEMMs' close calls: once spent, the next post-norm site is not measured in that compile (unfused,
+    pending) and a later compile measures it."""
+    numbers, calls, config = measured
+    numbers.update(fused_ms=1.0, mm_ms=1.0, copy_ms=0.5, plan=CONFIG)
+    other = dataclasses.replace(CUDA_SITE, N=128)
+    with selection.measurement_budgets(float("inf"), 0.5):
+        assert selection.choose(CUDA_SITE, config).fused and len(calls) == 1
+        selection._TRITON_MEASURE["spent_s"] = 0.6
+        choice = selection.choose(other, config)
+        assert not choice.fused and "measure_budget_s=0.5" in choice.reason and len(calls) == 1
+    assert selection.pending_token(config)
+    with selection.measurement_budgets(float("inf"), 0.5):  # the next compile
+        assert selection.choose(other, config).fused and len(calls) == 2
+    assert selection.pending_token(config) == ""

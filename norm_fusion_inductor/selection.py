@@ -83,6 +83,24 @@ def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
         _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0)
 
 
+def _budget_spent(budget: dict, option: str) -> Optional[str]:
+    """Why a measurement is left to a later compile (this run's ``option`` budget is spent), or None."""
+    if budget["spent_s"] < budget["budget_s"]:
+        return None
+    return (f"not compiled in this compile: its budget ({option}={budget['budget_s']:g}) is spent "
+            f"({budget['spent_s']:.1f} s); a later compile times it")
+
+
+@contextlib.contextmanager
+def _spending(budget: dict):
+    """Count the block's wall time to ``budget``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        budget["spent_s"] += time.perf_counter() - start
+
+
 def _live_pending(entries) -> dict:
     """The pending keys younger than PENDING_TTL_S ({key: when})."""
     now = time.time()
@@ -235,16 +253,11 @@ def _within_budget(measure):
     """``measure(site)`` counted against the run's Triton measurement budget (``measure_budget_s``); once the
     budget is spent, an incomplete result that says so instead (kept pending: a later compile measures it)."""
     def measure_within_budget(site):
-        if _TRITON_MEASURE["spent_s"] >= _TRITON_MEASURE["budget_s"]:
-            return {"incomplete": True, "reason": (
-                f"not measured in this compile: its measurement budget (measure_budget_s="
-                f"{_TRITON_MEASURE['budget_s']:g}) is spent ({_TRITON_MEASURE['spent_s']:.1f} s); a later compile "
-                "measures it")}
-        start = time.perf_counter()
-        try:
+        spent = _budget_spent(_TRITON_MEASURE, "measure_budget_s")
+        if spent is not None:
+            return {"incomplete": True, "reason": spent}
+        with _spending(_TRITON_MEASURE):
             return measure(site)
-        finally:
-            _TRITON_MEASURE["spent_s"] += time.perf_counter() - start
 
     return measure_within_budget
 
@@ -793,20 +806,16 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
 
     triton_reason = ("not asked for (gemm_backends)" if "triton" not in screen.backends
                      else _screened("triton", predicted, bound, screen))
-    if triton_reason is None and _TRITON_MEASURE["spent_s"] >= _TRITON_MEASURE["budget_s"]:
-        triton_reason = (f"not compiled in this compile: its measurement budget (measure_budget_s="
-                         f"{_TRITON_MEASURE['budget_s']:g}) is spent ({_TRITON_MEASURE['spent_s']:.1f} s); a later "
-                         "compile times it")
-        times["incomplete"] = True
     if triton_reason is None:
-        start = time.perf_counter()
-        try:
+        triton_reason = _budget_spent(_TRITON_MEASURE, "measure_budget_s")
+        if triton_reason is not None:
+            times["incomplete"] = True
+    if triton_reason is None:
+        with _spending(_TRITON_MEASURE):
             with report.clocked("kernel compile"):
                 on("triton")()  # tunes and compiles outside the graph capture
             times["triton_ms"] = graph_ms(on("triton"))
             times["triton_host_ms"] = host_ms(on("triton"))  # priced where the GEMM runs as an op
-        finally:
-            _TRITON_MEASURE["spent_s"] += time.perf_counter() - start
     else:
         times["triton_reason"] = triton_reason
 
@@ -826,11 +835,10 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         rival = (times["triton_ms"] + (times["triton_host_ms"] if screen.host_priced and not launched else 0.0)
                  if "triton_ms" in times else None)
         quack_reason = _screened("quack", predicted, bound, screen, host, rival)
-    if quack_reason is None and _QUACK_JIT["spent_s"] >= _QUACK_JIT["budget_s"]:
-        quack_reason = (f"not compiled in this compile: its Quack JIT budget (quack_jit_budget_s="
-                        f"{_QUACK_JIT['budget_s']:g}) is spent ({_QUACK_JIT['spent_s']:.1f} s); a later compile "
-                        "times it")
-        times["incomplete"] = True
+    if quack_reason is None:
+        quack_reason = _budget_spent(_QUACK_JIT, "quack_jit_budget_s")
+        if quack_reason is not None:
+            times["incomplete"] = True
     if quack_reason is None:
         quack_reason = _quack_reason(site, a, w)
     if quack_reason is None:
@@ -881,17 +889,13 @@ def _time_quack(times: dict, run, site: EpilogueSite, bound: float, rival: Optio
         if config is not None:
             qg.remember(*shape, config)
         elif probe is not None:  # the probe came close: the whole shortlist, if the compile's budget allows
-            if _QUACK_JIT["spent_s"] >= _QUACK_JIT["budget_s"]:
+            if _budget_spent(_QUACK_JIT, "quack_jit_budget_s") is not None:
                 times["quack_probe_budget"] = times["incomplete"] = True  # the probe's time stands, for now
                 return None
             qg.forget(*shape)
         failed = set(regrouped.QUACK_FAILED)
-        start = time.perf_counter()
-        try:
-            with report.clocked("Quack JIT"):
-                run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
-        finally:
-            _QUACK_JIT["spent_s"] += time.perf_counter() - start
+        with _spending(_QUACK_JIT), report.clocked("Quack JIT"):
+            run()  # JIT-compiles (and tunes) outside the graph capture; a failure falls back
         new = [regrouped.QUACK_FAILED[k] for k in regrouped.QUACK_FAILED if k not in failed]
         if new:
             return new[0]

@@ -8,6 +8,8 @@ setup(
     # patterns/ lives at the top of the repository, installed as norm_fusion_inductor.patterns
     packages=["norm_fusion_inductor", "norm_fusion_inductor.kernels", "norm_fusion_inductor.patterns"],
     package_dir={"norm_fusion_inductor.patterns": "patterns"},
+    # the traced patterns shipped per torch version (python -m norm_fusion_inductor trace-patterns)
+    package_data={"norm_fusion_inductor.patterns": ["traced/*.json"]},
     install_requires=["torch>=2.11", "triton>=3.6"],
     extras_require={
         "test": ["pytest>=8,<10", "pytest-xdist==3.8.0", "expecttest==0.3.0", "numpy<2.3", "transformers==5.24.0",

@@ -74,24 +74,32 @@ class NormFusionConfig:
     #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
     #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
     #: compiled or timed: a clear loss costs no JIT. Where the pass launches the Triton kernel itself, a GEMM of
-    #: three waves or more whose predicted time times this factor still beats the bound by min_speedup (and that
+    #: 1.9 waves or more whose predicted time times this factor still beats the bound by min_speedup (and that
     #: Quack could not beat) runs its untuned default config, neither compiled nor timed in the pass: a clear
-    #: win (selection._decided_by_model). At 1.2, none of the 211 backend timings logged on the H200
-    #: would have been screened wrongly with constants fitted without their shape (at 1.15, 6 would);
-    #: ``benchmarks/cost_model.py``. 0 turns the screen off (every backend timed)
-    model_margin: float = 1.2
+    #: win (selection._decided_by_model). At 1.15, of the 334 backend timings logged on the H200 none would have
+    #: been screened wrongly with constants fitted without their shape (45 screened), and none of the 19 GEMMs
+    #: taken as clear wins measured under 1.179x its bound; ``benchmarks/cost_model.py``. 0 turns the screen
+    #: off (every backend timed)
+    model_margin: float = 1.15
     #: with policy "auto", the seconds of Quack JIT (compiling and timing its configs, 5-10 s each on the H200)
     #: that one run of the pass over a graph may spend; once spent, no further Quack GEMM is compiled in that
-    #: run: its sites are decided with the other backends, and their measurements are not stored, so a later
-    #: compile (a new graph, a new process, Inductor's cache missed) times Quack there. Without it a tower's first
+    #: run: its sites are decided with the other backends, and their measurements are pending (not stored), so a
+    #: later run of the pass times Quack there (see ``revisit_pending``). Without it a tower's first
     #: compile took 34.8 s against torch.compile's 5.0 (docs/decisions.md#confignormfusionconfigquack_jit_budget_s)
     quack_jit_budget_s: float = 5.0
     #: with policy "auto", the seconds that one run of the pass over a graph may spend compiling and timing the
     #: Triton kernels of the close calls (sites the cost model does not call a clear win or loss: about 1-3 s
     #: each, the Triton JIT of one config) and of the post-norm sites; once spent, the sites left stay unfused in that compile and their
-    #: measurements are kept pending, so a later compile (Inductor's FX graph cache misses while one is
-    #: pending) times them. The first measured site always runs. ``float("inf")``: no bound
+    #: measurements are kept pending: the next run of the pass times them (see ``revisit_pending``). The first
+    #: measured site always runs. ``float("inf")``: no bound
     measure_budget_s: float = 3.0
+    #: with policy "auto", whether a measurement left pending by a budget (``measure_budget_s``,
+    #: ``quack_jit_budget_s``) makes Inductor's FX graph cache miss, so that the next compile runs the pass again
+    #: and completes it (for an hour at most). False: a warm compile is served from the cache as torch.compile's
+    #: is, and a pending site is measured the next time the pass runs for another reason (a new graph, shape or
+    #: cache); its site stays unfused until then. True trades warm compiles (the pass's time again, each
+    #: compile, until nothing is pending) for the sites the first compile had no budget for
+    revisit_pending: bool = False
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).
@@ -142,7 +150,7 @@ class NormFusionConfig:
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")
-        for flag in ("log", "log_graph", "compiled_check", "cache_folded_weights"):
+        for flag in ("log", "log_graph", "compiled_check", "cache_folded_weights", "revisit_pending"):
             _check_type(flag, getattr(self, flag), bool)
         if self.cache_dir is not None:
             _check_type("cache_dir", self.cache_dir, (str, os.PathLike))

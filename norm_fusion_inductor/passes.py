@@ -167,8 +167,9 @@ class NormFusionPass(CustomGraphPass):
         from . import selection
         from .kernels import tuning
 
-        # a measurement left for a later compile (the budgets) must reach the pass, not the FX graph cache
-        pending = selection.pending_token(self.config)
+        # with revisit_pending, a measurement left for a later compile (the budgets) must reach the pass, not the
+        # FX graph cache
+        pending = selection.pending_token(self.config) if self.config.revisit_pending else ""
         return (f"norm_fusion:{self.STAGE}:{_source_hash()}:{self.config!r}:{tuning.current()!r}:{chained_id!r}"
                 f":{pending}")
 

@@ -59,8 +59,9 @@ PEAK_COPY_BYTES_PER_MS = 4.0e9
 # 1.65 us on the H200 (benchmarks/diagnostics/profile_pair.py), priced at 0.0000 ms by its bytes alone; on a 40 us
 # pair that is the margin (docs/decisions.md#selectionfold_kernel_min_ms)
 FOLD_KERNEL_MIN_MS = 0.0016
-# the cache file's measurement keys left incomplete ({key: when}); each keeps Inductor's FX graph cache missing
-# (pending_token) until a compile completes it, or for PENDING_TTL_S at most (its site may be gone)
+# the cache file's measurement keys left incomplete ({key: when}); with revisit_pending each keeps Inductor's FX
+# graph cache missing (pending_token) until a compile completes it, or for PENDING_TTL_S at most (its site may be
+# gone)
 PENDING = "__pending__"
 PENDING_TTL_S = 3600.0
 # the budgets of the pass's current run over a graph and the seconds spent of each: Quack's JIT
@@ -213,8 +214,9 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
 
 def pending_token(config: NormFusionConfig) -> str:
     """A digest of the measurements left incomplete in this cache folder ("" when none), part of the pass's
-    ``uuid()``: while one is pending, Inductor's FX graph cache misses, so the pass runs again and completes it
-    (a graph served from that cache would keep the choice made without it)."""
+    ``uuid()`` where the config asks to ``revisit_pending``: while one is pending, Inductor's FX graph cache
+    misses, so the pass runs again and completes it (a graph served from that cache keeps the choice made
+    without it)."""
     try:
         pending = _live_pending(json.loads(_cache_file(config).read_text()).get(PENDING))
     except (OSError, ValueError, AttributeError):
@@ -854,9 +856,9 @@ def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound
     clear win: its predicted GPU time (plus the weight fold) times ``margin`` still beats the measured bound by
     min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run its
     untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for and
-    installed, could not beat the prediction by the margin either (it would be timed). None: measure. On the 246
-    logged sites (benchmarks/cost_model.py) no site of three waves or more called a clear win this way had
-    measured short of the bound (docs/decisions.md#selection_decided_by_model)."""
+    installed, could not beat the prediction by the margin either (it would be timed). None: measure. Of the 250
+    logged sites (benchmarks/cost_model.py), none of the grid size the default config takes that the model
+    called a clear win this way had measured short of the bound (docs/decisions.md#selection_decided_by_model)."""
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 

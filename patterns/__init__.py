@@ -24,3 +24,4 @@ def trace_all() -> None:
             for family in getattr(module, "FAMILIES", None) or [getattr(module, "FAMILY", None)]:
                 if family is not None:  # regrouped_norm's link step has no matcher of its own
                     family.matcher  # noqa: B018  (a cached property: traces once per process)
+    regrouped_norm.activation_patterns()  # matched within the regrouped sites, not by a family

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import operator
+import pathlib
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -80,13 +81,16 @@ def traced_norm_forms(forms: dict) -> list[tuple[str, pm.PatternExpr]]:
 
 # --- traced patterns kept on disk ---------------------------------------------------------------------------------
 # Tracing the forms costs about 1.5 s per process (64 traces through make_fx and Inductor's decompositions). A
-# trace is kept as the Python code Inductor's own serialized patterns are written in (``PatternPrettyPrinter``),
-# in one file per torch version and pattern sources under the config's cache folder, and read back in
-# milliseconds. Only code that reads back to the same pattern is kept.
+# trace is kept as the Python code Inductor's own serialized patterns are written in (``PatternPrettyPrinter``)
+# and read back in milliseconds: shipped with the package for the torch versions in ``traced/`` (as Inductor ships
+# its ``serialized_patterns``; ``python -m norm_fusion_inductor trace-patterns`` writes the running torch's), else
+# kept in one file per torch version and pattern sources under the config's cache folder. Only code that reads
+# back to the same pattern is kept; a shipped file traced from other pattern sources is not read.
 
 _PATTERN_FILE_VERSION = 1
 _PATTERN_ROOT = {"root": None}  # the cache folder of the pass's current run (None: the config's default)
-_PATTERN_CODE: dict = {}  # cache file -> {key: code}, as read or written by this process
+_PATTERN_CODE: dict = {}  # pattern file -> {key: code}, as read or written by this process
+SHIPPED_TRACES = pathlib.Path(__file__).resolve().parent / "traced"
 
 
 @contextlib.contextmanager
@@ -101,25 +105,46 @@ def pattern_cache_root(root: Optional[str]):
 
 
 @functools.lru_cache(maxsize=None)
-def _pattern_sources_digest() -> str:
-    """What a trace depends on: torch (its decompositions) and the pattern modules (the forms, the tracer)."""
+def pattern_sources_digest() -> str:
+    """What a trace depends on besides torch: the pattern modules (the forms, the tracer) and the file format."""
     import hashlib
-    import pathlib
 
-    h = hashlib.sha256(f"{torch.__version__}|{_PATTERN_FILE_VERSION}".encode())
+    h = hashlib.sha256(str(_PATTERN_FILE_VERSION).encode())
     for path in sorted(pathlib.Path(__file__).resolve().parent.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:24]
 
 
-def _pattern_file():
-    import pathlib
+def shipped_traces_file() -> pathlib.Path:
+    """The shipped traces of the running torch release (its decompositions; the local build tag aside)."""
+    return SHIPPED_TRACES / f"torch-{torch.__version__.split('+')[0]}.json"
+
+
+def _cache_file() -> pathlib.Path:
+    import hashlib
 
     from norm_fusion_inductor.config import NormFusionConfig
 
     root = _PATTERN_ROOT["root"] or NormFusionConfig().cache_root
-    return pathlib.Path(root) / "patterns" / f"{_pattern_sources_digest()}.json"
+    digest = hashlib.sha256(f"{torch.__version__}|{pattern_sources_digest()}".encode()).hexdigest()[:24]
+    return pathlib.Path(root) / "patterns" / f"{digest}.json"
+
+
+def _codes(path: pathlib.Path, shipped: bool = False) -> dict:
+    """{key: code} of a pattern file, read once per process; a shipped file only where it was traced from these
+    pattern sources."""
+    import json
+
+    if path not in _PATTERN_CODE:
+        try:
+            data = json.loads(path.read_text())
+            if shipped:
+                data = data["patterns"] if data.get("sources") == pattern_sources_digest() else {}
+            _PATTERN_CODE[path] = dict(data)
+        except (OSError, ValueError, TypeError, KeyError):
+            _PATTERN_CODE[path] = {}
+    return _PATTERN_CODE[path]
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,25 +162,21 @@ def _read_pattern(code: str) -> pm.PatternExpr:
 
 
 def cached_pattern(key: str, trace: Callable[[], pm.PatternExpr]) -> pm.PatternExpr:
-    """``trace()``'s pattern, a new object each call (callers set its users): read from the pattern cache where
-    an earlier trace of ``key`` was kept, else traced now and kept."""
+    """``trace()``'s pattern, a new object each call (callers set its users): read from the shipped traces or
+    the pattern cache where an earlier trace of ``key`` was kept, else traced now and kept in the cache."""
     import json
     import os
 
     from norm_fusion_inductor import report
 
-    path = _pattern_file()
-    if path not in _PATTERN_CODE:
-        try:
-            _PATTERN_CODE[path] = dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            _PATTERN_CODE[path] = {}
-    codes = _PATTERN_CODE[path]
-    if key in codes:
-        try:
-            return _read_pattern(codes[key])
-        except Exception:  # written by something else: trace again
-            del codes[key]
+    path = _cache_file()
+    codes = _codes(path)
+    for known in (_codes(shipped_traces_file(), shipped=True), codes):
+        if key in known:
+            try:
+                return _read_pattern(known[key])
+            except Exception:  # written by something else: trace again
+                del known[key]
     with report.clocked("pattern tracing"):
         pattern = trace()
     try:
@@ -173,6 +194,25 @@ def cached_pattern(key: str, trace: Callable[[], pm.PatternExpr]) -> pm.PatternE
     except OSError:
         pass  # a read-only cache folder only costs the trace next time
     return pattern
+
+
+def write_shipped_traces(trace_all: Callable[[], None], path: Optional[pathlib.Path] = None) -> pathlib.Path:
+    """Trace every pattern afresh (``trace_all()``, in a process that has traced none yet) and write them as the
+    running torch's shipped traces file (or to ``path``)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        _PATTERN_CODE[shipped_traces_file()] = {}  # read nothing shipped: every pattern is traced now
+        with pattern_cache_root(root):
+            trace_all()
+            codes = _codes(_cache_file())
+    path = pathlib.Path(path) if path is not None else shipped_traces_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"torch": torch.__version__, "sources": pattern_sources_digest(),
+                                "patterns": dict(sorted(codes.items()))}, indent=0) + "\n")
+    _PATTERN_CODE.pop(path, None)
+    return path
 
 
 def _trace_functional(fn: Callable, args, **kwargs) -> torch.fx.GraphModule:

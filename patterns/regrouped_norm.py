@@ -96,7 +96,7 @@ GATED_FORMS = (
 
 
 @functools.lru_cache(maxsize=None)
-def _activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
+def activation_patterns() -> list[tuple[str, bool, pm.PatternExpr]]:
     """(name, gated, pattern), traced once per dtype class like the norm forms."""
     patterns, seen = [], set()
     for forms, gated in ((GATED_FORMS, True), (ACTIVATION_FORMS, False)):
@@ -159,7 +159,7 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
     """(name, gated, match) of an activation whose input is ``pre``, searched a few nodes downstream. A gated
     pair is looked for first: its act(gate) alone matches the plain activation one node earlier."""
     def activation_at(node, want_gated):
-        for name, gated, pattern in _activation_patterns():
+        for name, gated, pattern in activation_patterns():
             if gated != want_gated:
                 continue
             match = pattern.match(node)

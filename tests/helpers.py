@@ -1,11 +1,17 @@
 """Shared test helpers: model code written as libraries write it, and float64 references."""
 
 import dataclasses
+import os
 
+import pytest
 import torch
 import torch.nn as nn
 
 from norm_fusion_inductor import config
+
+# the Triton kernels run on CPU tensors: only under the interpreter (no GPU, TRITON_INTERPRET=1)
+interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="CPU interpreter tests")
 
 # Every family but regrouped normalization: "regrouped_norm" is on by default and takes every pre-norm site first,
 # so a test whose subject is the post-norm (matmul_norm) or norm_attention selects these, and its sites stay theirs.

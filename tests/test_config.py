@@ -189,6 +189,25 @@ def test_uuid_tracks_config_and_chained_pass():
     assert NormFusionPass(chained=lambda g: None).uuid() is None  # an opaque user pass: Inductor must bypass
 
 
+def test_a_pending_measurement_keeps_the_fx_graph_cache_missing_only_with_revisit_pending(tmp_path, monkeypatch):
+    """A measurement a budget left pending changes the pass's uuid (Inductor's FX graph cache misses, the next
+    compile completes it) only where ``revisit_pending`` asks for that; by default a warm compile is served from
+    the cache."""
+    from norm_fusion_inductor import selection
+
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    default = nfi.NormFusionConfig(cache_dir=str(tmp_path))
+    revisit = nfi.NormFusionConfig(cache_dir=str(tmp_path), revisit_pending=True)
+    before = NormFusionPass(default).uuid(), NormFusionPass(revisit).uuid()
+    assert before[0] != before[1]
+    selection._disk_cached("a site's key", default, lambda: {"incomplete": True})
+    assert selection.pending_token(default)
+    assert NormFusionPass(default).uuid() == before[0]
+    assert NormFusionPass(revisit).uuid() != before[1]
+    with pytest.raises(TypeError, match="revisit_pending"):
+        nfi.NormFusionConfig(revisit_pending=1)
+
+
 def test_fx_graph_cache_is_not_bypassed(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     counters.clear()

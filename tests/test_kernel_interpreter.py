@@ -2,17 +2,14 @@
 TRITON_INTERPRET=1 (fp32/fp16; the 3.6 interpreter computes bf16 dots wrongly) against float64; the custom op
 linear_post_norm's kernel path, reference path, fake implementation and autograd; the block-config tuner."""
 
-import os
 
 import pytest
 import torch
 
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
 
-from .helpers import interpret_kernels, linear_post_norm_reference64, linear_post_norm_unfused, rel_err
+from .helpers import interpret_kernels, interpreter, linear_post_norm_reference64, linear_post_norm_unfused, rel_err
 
-interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="CPU interpreter tests")
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 

@@ -2,7 +2,6 @@
 fp16) against float64 and against the eager block in the same dtype, forward and gradients; the reference path,
 the fake implementation, the user-facing function and its errors."""
 
-import os
 
 import pytest
 import torch
@@ -11,10 +10,8 @@ import norm_fusion_inductor as nfi
 from norm_fusion_inductor import attention_ops, flash_norm_attention
 from norm_fusion_inductor.kernels import norm_attention
 
-from .helpers import interpret_kernels, norm_attention_case, norm_attention_run, record_kernel_calls, rel_err
+from .helpers import interpret_kernels, interpreter, norm_attention_case, norm_attention_run, record_kernel_calls, rel_err
 
-interpreter = pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="CPU interpreter tests")
 op = torch.ops.norm_fusion.norm_attention
 reference = attention_ops.norm_attention_reference
 

@@ -373,9 +373,10 @@ def test_default_config_applies_to_large_16_bit_grids():
         assert {k: cfg[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and cfg["FLATTEN"]
         stats = eg.default_config(big, eg.Epilogue(residual=True, stats="rms"), 1024)
         assert stats["BLOCK_N"] == 256 and not stats["FLATTEN"]
-        # 512 x 4 = 2048 tiles >= 3 x 132; 128 x 4 = 512 >= 396; 64 x 4 = 256 < 396
-        assert eg.default_config(CudaOperand(16384, 1024), eg.Epilogue(row_norm="rms"), 1024) is not None
-        assert eg.default_config(CudaOperand(8192, 1024), eg.Epilogue(row_norm="rms"), 1024) is None
+        # 64 x 4 = 256 tiles >= 1.9 x 132 = 250.8; 32 x 8 = 256 too; 62 x 4 = 248 < 250.8
+        assert eg.default_config(CudaOperand(8192, 1024), eg.Epilogue(row_norm="rms"), 1024) is not None
+        assert eg.default_config(CudaOperand(4096, 2048), eg.Epilogue(row_norm="rms"), 2048) is not None
+        assert eg.default_config(CudaOperand(62 * 128, 1024), eg.Epilogue(row_norm="rms"), 1024) is None
         assert eg.default_config(CudaOperand(65536, 1024, torch.float32), eg.Epilogue(row_norm="rms"), 1024) is None
         assert eg.default_config(big, eg.Epilogue(post_norm="rms"), 256) is None
         assert eg.default_config(big, eg.Epilogue(head_dim=256), 2048) is None

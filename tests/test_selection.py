@@ -13,6 +13,8 @@ from norm_fusion_inductor.config import NormFusionConfig
 from norm_fusion_inductor.kernels import epilogue_gemm as eg
 from norm_fusion_inductor.kernels import tuning
 
+from .helpers import interpreter
+
 CUDA_SITE = sites.PostNormSite(M=262144, K=1024, N=256, dtype=torch.bfloat16, device=torch.device("cuda", 0),
                                has_norm_weight=True, has_bias=False)
 CPU_SITE = sites.PostNormSite(M=64, K=32, N=16, dtype=torch.float32, device=torch.device("cpu"),
@@ -202,6 +204,7 @@ def test_cache_key_tells_the_sites_apart():
     dict(norm="ln", has_norm_bias=True, has_residual_out=True, weight_kn=True),
     dict(norm="ln", has_norm_weight=False, has_bias=True, has_residual=True, has_residual_out=True),
 ], ids=["rms-bias-residual-z", "ln-residual_out-conv1d", "ln-weightless-both"])
+@interpreter
 def test_tune_returns_the_config_the_kernel_tuned(fields, monkeypatch):
     """_tune runs the fused kernel on the site's operands and returns the config it tuned (epilogue_gemm.tuned_for
     with the site's epilogue): where the two disagreed on the epilogue, no config would come back and the site

@@ -5,7 +5,7 @@ config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
     python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...] [--only PIECE ...]
-    python benchmarks/diagnostics/epilogue_configs.py --grid [--json out.json]
+    python benchmarks/diagnostics/epilogue_configs.py --grid [--sites kind:MxKxN[:activation] ...] [--json out.json]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
@@ -138,8 +138,9 @@ def label_of(cfg: dict) -> str:
             f"{' flat' if cfg['FLATTEN'] else ''}{' WS' if cfg['WARP_SPECIALIZE'] else ''} x{cfg['CTAS_PER_SM']}")
 
 
-def grid(rounds: int, json_path: str | None) -> None:
-    """Each config of each grid site, GPU ms by CUDA-graph replay, interleaved over ``rounds``."""
+def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
+    """Each config of each grid site (or of the ``only`` sites, "kind:MxKxN[:activation]"), GPU ms by CUDA-graph
+    replay, interleaved over ``rounds``."""
     import json
 
     from norm_fusion_inductor import calibrate, selection
@@ -147,13 +148,18 @@ def grid(rounds: int, json_path: str | None) -> None:
 
     device = torch.device("cuda", torch.cuda.current_device())
     sites = []
-    for kind, M, K, N, *act in TOWER_SITES:
+    chosen = TOWER_SITES
+    if only:
+        chosen = [(kind, *(int(v) for v in shape.split("x")), *act) for kind, shape, *act in
+                  (spec.split(":") for spec in only)]
+    for kind, M, K, N, *act in chosen:
         g = calibrate.GridSite(kind if kind != "consumer_ln_gelu" else "activation", M, K, N, *act)
         site = calibrate.epilogue_site(g, device)
         if kind == "consumer_ln_gelu":
             site = dataclasses.replace(site, row_norm="ln")
         sites.append((kind, site))
-    sites += [(g.kind, calibrate.epilogue_site(g, device)) for g in calibrate.SITES]
+    if not only:
+        sites += [(g.kind, calibrate.epilogue_site(g, device)) for g in calibrate.SITES]
     rows = []
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  grid of {len(sites)} sites", flush=True)
     for kind, site in sites:
@@ -199,9 +205,11 @@ def main() -> int:
     p.add_argument("--only", nargs="+", default=[], choices=sorted(PIECES), help="with --pieces: these pieces alone")
     p.add_argument("--grid", action="store_true", help="every config at the calibration grid's sites")
     p.add_argument("--json", help="with --grid: the times as JSON")
+    p.add_argument("--sites", nargs="+", help="with --grid: these sites (kind:MxKxN[:activation], kind as "
+                                              "calibrate.GridSite's or consumer_ln_gelu) instead of the grid's")
     args = p.parse_args()
     if args.grid:
-        grid(args.rounds, args.json)
+        grid(args.rounds, args.json, args.sites)
         return 0
     if args.pieces:
         pieces(args.cases or ["131072x512x1024", "262144x256x1024"], args.rounds, args.variant, args.only)
@@ -222,7 +230,7 @@ def main() -> int:
                        scale=torch.rand(M, device="cuda") + 0.5 if epilogue.row_norm != "none" else None,
                        shift=torch.randn(M, device="cuda") if epilogue.row_norm == "ln" else None,
                        u=torch.randn(N, device="cuda") if epilogue.row_norm == "ln" else None)
-        configs = eg._configs(a, epilogue) + ws_configs(epilogue)
+        configs = eg._configs(a, epilogue, N) + ws_configs(epilogue)
         wt = w.t()
         fns, outs, errors = {"cublas": lambda: torch.mm(a, wt)}, {}, {}
         for i, cfg in enumerate(configs):
@@ -247,7 +255,7 @@ def main() -> int:
             print(f"  {label:34s} {ms:.4f} ({ms / t['cublas']:.2f})  {outs.get(label, 0):.1e}")
         for label, err in errors.items():
             print(f"  {label:34s} failed: {err}")
-        del fns, outs, a, w, tensors
+        fns = outs = a = w = tensors = None  # the next case's operands are allocated without these
         torch.cuda.empty_cache()
     return 0
 

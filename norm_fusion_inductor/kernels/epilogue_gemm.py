@@ -734,12 +734,14 @@ def fast_sigmoid(dtype: torch.dtype, device: torch.device) -> bool:
 _TUNED: dict = {}
 
 # The config that runs a GEMM untuned where its grid is large enough (``default_config``): at every site of the
-# calibration grid and the recsys towers (bf16, M 16k–256k, K and N 256–4096) it ran within a few per cent of the
-# fastest config the tuner offers, while tuning compiles every config (about 1 s of Triton JIT each), which was
+# calibration grid, the recsys towers and the transformers blocks' smaller grids (bf16, M 4k–256k, K and N
+# 256–4096, down to 256 tiles) it ran within a few per cent of the fastest config the tuner offers (the fastest at
+# every grid of under three waves), while tuning compiles every config (about 1 s of Triton JIT each), which was
 # most of the plugin's first compile (docs/decisions.md#epilogue_gemmdefault_tile).
 DEFAULT_TILE = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, CTAS_PER_SM=1)
-# a grid with fewer tiles than this many per SM (partial waves, small M) is tuned: there the tile size matters
-DEFAULT_TILE_MIN_WAVES = 3
+# a grid with fewer tiles than this many per SM is tuned: the smallest grid measured had 256 tiles (1.94 waves
+# of the H200's 132 SMs); under it (partial waves, small M) the tile size may matter
+DEFAULT_TILE_MIN_WAVES = 1.9
 
 
 def default_config(a: torch.Tensor, epilogue: Epilogue, N: int) -> dict | None:

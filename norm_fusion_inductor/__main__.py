@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--cache-dir", help="the cache folder (default ~/.cache/norm_fusion_inductor): compiles with "
                                          "this norm_fusion option cache_dir read the file written there")
     traces = commands.add_parser("trace-patterns", help="write the shipped pattern traces for this torch version "
-                                               "(developers: after a change under patterns/)",
+                                               "(developers: after a change to patterns/norm_forms.py or common.py)",
                         description="Traces every pattern afresh and writes patterns/traced/torch-<version>.json, "
                                     "read instead of tracing (about 1.5 s per process) where its pattern sources "
                                     "match.")

@@ -76,8 +76,8 @@ class NormFusionConfig:
     #: compiled or timed: a clear loss costs no JIT. Where the pass launches the Triton kernel itself, a GEMM of
     #: 1.9 waves or more whose predicted time times this factor still beats the bound by min_speedup (and that
     #: Quack could not beat) runs its untuned default config, neither compiled nor timed in the pass: a clear
-    #: win (selection._decided_by_model). At 1.15, of the 334 backend timings logged on the H200 none would have
-    #: been screened wrongly with constants fitted without their shape (45 screened), and none of the 19 GEMMs
+    #: win (selection._decided_by_model). At 1.15, of the 344 backend timings logged on the H200 none would have
+    #: been screened wrongly with constants fitted without their shape (46 screened), and none of the 23 GEMMs
     #: taken as clear wins measured under 1.179x its bound; ``benchmarks/cost_model.py``. 0 turns the screen
     #: off (every backend timed)
     model_margin: float = 1.15

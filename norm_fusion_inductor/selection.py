@@ -537,9 +537,10 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         # (or the per-head norm's and RoPE's: one pass reading and writing the output)
         saved = (norm_bytes + (2 * out_bytes if activation != "none" or head_dim else 0)
                  - (out_bytes if write_aux else 0))
-    else:  # the producer: the GEMM output's write and read by the residual add (and the norm output's, when the
-        saved = 2 * out_bytes * (2 if residual_norm != "none" and not backward_reads_norm else 1)  # residual
-        # is read normalized on load)
+    else:  # the producer: the GEMM output's write and read by the residual add, and, where the residual is the
+        # previous norm's output read normalized on load, that output's write (its last reader gone; its read
+        # becomes one of the norm's input, the same bytes)
+        saved = 2 * out_bytes + (out_bytes if residual_norm != "none" and not backward_reads_norm else 0)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
                         residual_norm, head_dim, rope, head_norm, fold_bytes)
     if config.policy == "never":

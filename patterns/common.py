@@ -104,15 +104,19 @@ def pattern_cache_root(root: Optional[str]):
         _PATTERN_ROOT["root"] = saved
 
 
+# the modules a trace depends on besides torch: the forms and the tracer (the other families' edits keep the traces)
+TRACED_SOURCES = ("norm_forms.py", "common.py")
+
+
 @functools.lru_cache(maxsize=None)
 def pattern_sources_digest() -> str:
-    """What a trace depends on besides torch: the pattern modules (the forms, the tracer) and the file format."""
+    """A digest of what a trace depends on besides torch: ``TRACED_SOURCES`` and the file format."""
     import hashlib
 
     h = hashlib.sha256(str(_PATTERN_FILE_VERSION).encode())
-    for path in sorted(pathlib.Path(__file__).resolve().parent.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for name in TRACED_SOURCES:
+        h.update(name.encode())
+        h.update((pathlib.Path(__file__).resolve().parent / name).read_bytes())
     return h.hexdigest()[:24]
 
 

@@ -1,8 +1,13 @@
-"""The forms in which model code writes RMSNorm and LayerNorm: eager functions that the pattern families trace into
-patterns (``common.traced_norm_forms``). Shared by the pre-norm families, the post-norm family and the per-head
-QK-norm search, so each form is written once."""
+"""The forms in which model code writes RMSNorm and LayerNorm, and the activations after a consumer matmul: eager
+functions that the pattern families trace into patterns (``common.traced_norm_forms``,
+``regrouped_norm.activation_patterns``). Shared by the pre-norm families, the post-norm family and the per-head
+QK-norm search, so each form is written once. The traces shipped in ``traced/`` depend on this module and
+``common.py`` (``common.TRACED_SOURCES``): after a change to either, ``python -m norm_fusion_inductor
+trace-patterns`` with each shipped torch."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -102,3 +107,45 @@ LN_FORMS = {
     "layer_norm_no_affine": (no_affine, ()),
     "two_pass": (two_pass, ("input",)),
 }
+
+
+# --- activations after a consumer matmul, as Inductor decomposes them --------------------------------------------
+
+def _gelu(z):
+    return F.gelu(z)
+
+
+def _gelu_tanh(z):
+    return F.gelu(z, approximate="tanh")
+
+
+def _gelu_new(z):
+    """transformers' NewGELUActivation (GPT-2, GPT-J, CodeGen): the tanh approximation written out."""
+    return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * torch.pow(z, 3.0))))
+
+
+def _gelu_fast(z):
+    """transformers' FastGELUActivation: the same approximation, its constant rounded to 10 digits."""
+    return 0.5 * z * (1.0 + torch.tanh(z * 0.7978845608 * (1.0 + 0.044715 * z * z)))
+
+
+def _silu(z):
+    return F.silu(z)
+
+
+def _relu(z):
+    return F.relu(z)
+
+
+def _relu2(z):
+    return F.relu(z) ** 2
+
+
+# (epilogue activation, a form model code writes it in)
+ACTIVATION_FORMS = (("gelu", _gelu), ("gelu_tanh", _gelu_tanh), ("gelu_tanh", _gelu_new), ("gelu_tanh", _gelu_fast),
+                    ("silu", _silu), ("relu", _relu), ("relu2", _relu2))
+GATED_FORMS = (
+    ("silu_mul", lambda gate, up: F.silu(gate) * up),
+    ("gelu_mul", lambda gate, up: F.gelu(gate) * up),
+    ("gelu_tanh_mul", lambda gate, up: F.gelu(gate, approximate="tanh") * up),
+)

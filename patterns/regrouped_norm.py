@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import operator
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch._inductor import pattern_matcher as pm
 from torch.fx import Graph, Node
 
@@ -47,52 +45,10 @@ from norm_fusion_inductor.report import Implementation
 
 from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
                      backward_reads_normed, cached_pattern, is_row_mean, size_hint, traced_norm_forms)
-from .norm_forms import RMS_FORMS
+from .norm_forms import ACTIVATION_FORMS, GATED_FORMS, RMS_FORMS
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
-
-
-# --- activations after a consumer matmul, as Inductor decomposes them --------------------------------------------
-
-def _gelu(z):
-    return F.gelu(z)
-
-
-def _gelu_tanh(z):
-    return F.gelu(z, approximate="tanh")
-
-
-def _gelu_new(z):
-    """transformers' NewGELUActivation (GPT-2, GPT-J, CodeGen): the tanh approximation written out."""
-    return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * torch.pow(z, 3.0))))
-
-
-def _gelu_fast(z):
-    """transformers' FastGELUActivation: the same approximation, its constant rounded to 10 digits."""
-    return 0.5 * z * (1.0 + torch.tanh(z * 0.7978845608 * (1.0 + 0.044715 * z * z)))
-
-
-def _silu(z):
-    return F.silu(z)
-
-
-def _relu(z):
-    return F.relu(z)
-
-
-def _relu2(z):
-    return F.relu(z) ** 2
-
-
-# (epilogue activation, a form model code writes it in)
-ACTIVATION_FORMS = (("gelu", _gelu), ("gelu_tanh", _gelu_tanh), ("gelu_tanh", _gelu_new), ("gelu_tanh", _gelu_fast),
-                    ("silu", _silu), ("relu", _relu), ("relu2", _relu2))
-GATED_FORMS = (
-    ("silu_mul", lambda gate, up: F.silu(gate) * up),
-    ("gelu_mul", lambda gate, up: F.gelu(gate) * up),
-    ("gelu_tanh_mul", lambda gate, up: F.gelu(gate, approximate="tanh") * up),
-)
 
 
 @functools.lru_cache(maxsize=None)
@@ -498,6 +454,10 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     M = size_hint(x_val.numel() // K)  # dynamic M: timed at the size the graph was traced with
     backward_reads = backward_reads_normed(normed, ctx)
     rewrites = _plan_rewrites(consumers, ctx)
+    # the normalized tensor's write is saved once no reader is left: residual adds that also read it (post-norm
+    # blocks, BERT) keep it written unless the producer link later normalizes it on load, and that rewrite then
+    # counts the write; the consumers count none of it
+    norm_share = 0 if others else M * K * x_val.element_size() // max(len(rewrites), 1)
     choices = []
     for rw in rewrites:
         c = rw.consumers[0]
@@ -514,8 +474,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
         def choose(fold_passes):
             return choose_epilogue_gemm(M, n, K, x_val.dtype, x_val.device, row_norm=spec.norm,
                                         activation=rw.activation, write_aux=aux, stats="none", residual=False,
-                                        w_kn=c.weight_kn, norm_bytes=M * K * x_val.element_size()
-                                        // max(len(rewrites), 1), config=ctx.config,
+                                        w_kn=c.weight_kn, norm_bytes=norm_share, config=ctx.config,
                                         fold_bytes=fold_passes * n * K * x_val.element_size(),
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),

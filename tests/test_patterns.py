@@ -487,7 +487,7 @@ def test_traced_patterns_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
 def test_shipped_traces_are_what_tracing_gives(tmp_path, monkeypatch):
     """Each shipped traces file (patterns/traced/) was traced from the current pattern sources, and the running
     torch's holds exactly what tracing every pattern afresh gives, so a process reads them instead of tracing: after
-    a change under patterns/, run ``python -m norm_fusion_inductor trace-patterns`` with each shipped torch."""
+    a change to patterns/norm_forms.py or patterns/common.py, run ``python -m norm_fusion_inductor trace-patterns`` with each shipped torch."""
     import json
     import subprocess
     import sys

@@ -311,6 +311,55 @@ def test_training_prices_the_normalized_tensor_as_still_written(monkeypatch, tra
     assert len(consumers) == 3 and all(reads is train for reads in consumers), seen
 
 
+class PostNormBlock(nn.Module):
+    """BERT's order: the residual add before the norm, so the norm's output is the next block's residual too."""
+
+    def __init__(self, width=32, hidden=64):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = nn.Linear(width, hidden), nn.Linear(hidden, width), nn.LayerNorm(width)
+
+    def forward(self, h):
+        return self.norm(h + self.fc2(F.gelu(self.fc1(h))))
+
+
+def test_post_norm_blocks_price_the_normalized_tensor_once(monkeypatch):
+    """Where a residual add also reads the normalized tensor (post-norm blocks), its write is not saved by
+    rewriting the matmul consumers (the add keeps it written); the producer link that reads that residual
+    normalized on load removes its last reader and counts its write, once. A norm read only by matmuls is
+    credited to its consumers. Inference, every site's saved bytes as the selection prices them."""
+    from norm_fusion_inductor import selection
+
+    calls = []
+    real_site, real_choose = selection.EpilogueSite, selection.choose_epilogue_gemm
+
+    def choose(*args, **kwargs):
+        calls.append(dict(kwargs))
+        return real_choose(*args, **kwargs)
+
+    def site(*args):
+        calls[-1]["saved"] = args[11]
+        return real_site(*args)
+
+    monkeypatch.setattr(selection, "choose_epilogue_gemm", choose)
+    monkeypatch.setattr(selection, "EpilogueSite", site)
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.LayerNorm(32), PostNormBlock(), PostNormBlock(), nn.Linear(32, 16)).to(DEVICE)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+        assert rel(out, model(x)) < tol(torch.float32)
+    M, elem = 16, 4
+    consumers = [c for c in calls if c["row_norm"] != "none"]
+    producers = [c for c in calls if c["row_norm"] == "none"]
+    # the three norms' fc1 / head consumers: the first two outputs are also residuals, the last only the head's
+    assert sorted(c["norm_bytes"] for c in consumers) == [0, 0, M * 32 * elem], consumers
+    residuals = [c["saved"] for c in consumers if c["norm_bytes"] == 0]
+    assert residuals == [2 * M * 64 * elem] * 2, consumers  # GELU's round trip alone
+    # each block's fc2 + residual: its output's round trip, and the residual norm's output write
+    assert [(c["residual_norm"], c["saved"]) for c in producers] == [("ln", 3 * M * 32 * elem)] * 2, producers
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_models_rewritten_and_trained(name):
     """Every norm's consumers and producers are rewritten; the training step's loss and gradients match float64

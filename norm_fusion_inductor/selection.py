@@ -89,7 +89,7 @@ def _budget_spent(budget: dict, option: str) -> Optional[str]:
     if budget["spent_s"] < budget["budget_s"]:
         return None
     return (f"not compiled in this compile: its budget ({option}={budget['budget_s']:g}) is spent "
-            f"({budget['spent_s']:.1f} s); a later compile times it")
+            f"({budget['spent_s']:.1f} s); timed when the pass runs again (the next compile with revisit_pending)")
 
 
 @contextlib.contextmanager

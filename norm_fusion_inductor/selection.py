@@ -69,6 +69,10 @@ PENDING_TTL_S = 3600.0
 # (measure_budget_s); none outside a run (a direct call of the selection)
 _QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
 _TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0}
+# the pass's survey of a copy of its graph (``surveying``): the pool compiling close calls' kernels, None outside
+# one; and the bounds the survey timed, by site, for the run of the pass that follows (cleared after it)
+_SURVEY: Optional[dict] = None
+_SURVEYED_BOUNDS: dict = {}
 
 
 @contextlib.contextmanager
@@ -82,6 +86,64 @@ def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     finally:
         _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
         _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0)
+        _SURVEYED_BOUNDS.clear()
+
+
+@contextlib.contextmanager
+def surveying(threads: int):
+    """A survey of the graph before the pass rewrites it (``NormFusionConfig.compile_threads``): within it
+    ``choose_epilogue_gemm`` measures what needs no compile and chooses nothing (every GEMM unfused), and a close
+    call's Triton kernel (its default config, up to ``threads`` of them) is compiled on a thread instead of timed
+    (Triton's ``AsyncCompileMode``: the arguments are bound here, only the compiler runs on the threads); on exit
+    the compiles are waited for, their wall time counted to ``measure_budget_s``. The run of the pass that follows
+    times those kernels without compiling them, with the bounds the survey timed."""
+    import concurrent.futures
+
+    global _SURVEY
+    pool = concurrent.futures.ThreadPoolExecutor(max(threads, 1))
+    mode = _async_compile_mode(pool)
+    if mode is not None:
+        mode.__enter__()
+    _SURVEY = {"left": threads if mode is not None else 0}
+    try:
+        yield
+    finally:
+        _SURVEY = None
+        with _spending(_TRITON_MEASURE), report.clocked("kernel compile"):
+            if mode is not None:  # waits for the compiles and files them in the JIT's cache
+                mode.__exit__(None, None, None)
+            pool.shutdown(wait=True)
+
+
+def _async_compile_mode(pool):
+    """Triton's asynchronous compile mode on ``pool``, or None where this Triton has none or one is active."""
+    try:
+        from triton.runtime import _async_compile
+
+        if _async_compile.active_mode.get() is None:
+            return _async_compile.AsyncCompileMode(pool, ignore_errors=True)  # a failure shows at its launch
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def _compile_ahead(site: EpilogueSite, run, a) -> None:
+    """In a survey: send the compile of the site's Triton kernel, its untuned default config, to the survey's
+    threads. Not where the tuner would time several configs (a small grid: those compile on threads when they
+    are tuned, ``kernels.common.precompile``), nor once the survey's threads each have a kernel."""
+    from .kernels import epilogue_gemm as eg
+
+    epilogue = _site_epilogue(site)
+    if _SURVEY["left"] <= 0 or eg.tuned_for(site.M, site.N, site.K, site.dtype, site.w_kn, epilogue) is not None:
+        return
+    config = eg.default_config(a, epilogue, site.N)
+    if config is None:
+        return
+    _SURVEY["left"] -= 1
+    try:
+        run("triton", config, compile_only=True)  # returns at once: the compile runs on a thread
+    except Exception:  # shows again when the pass's run launches the kernel
+        pass
 
 
 def _budget_spent(budget: dict, option: str) -> Optional[str]:
@@ -191,10 +253,10 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
             pass
         pending = _live_pending(_MEMORY.get(PENDING))
         pending.pop(key, None)
-        if value.get("incomplete"):
-            pending[key] = time.time()
-        else:
+        if not value.get("incomplete"):
             _MEMORY[key] = value
+        elif not value.get("surveyed"):  # a survey's is completed by the pass's run that follows
+            pending[key] = time.time()
         if pending:
             _MEMORY[PENDING] = pending
         else:
@@ -512,7 +574,8 @@ def _time_interleaved(fns: dict, train: bool) -> dict:
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False, head_norm: bool = True,
-                         direct_launch: bool = False, backward_reads_norm: bool = False) -> Choice:
+                         direct_launch: bool = False, backward_reads_norm: bool = False,
+                         activation_written: bool = True) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -524,7 +587,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     pays for the timing's noise. A GEMM shorter than ``min_kernel_ms`` that runs through the op is left unfused
     (its Python call per step would show, unless CUDA graphs replay it); with ``direct_launch`` (the pass can trace the launch into
     its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
-    is taken where it passes the margin (the choice's ``plan`` is then its tuned block config). Without the
+    is taken where it passes the margin (the choice's ``plan`` is then its tuned block config).
+    ``activation_written``: the unfused graph writes the activation's output (not where Inductor computes it inside
+    the kernels that read it, a GELU read only by a LayerNorm: no round trip to save). Without the
     margin and the fold's cost, transformer-layer sites won their bounds narrowly and the layers ran slower
     (docs/decisions.md#selectionchoose_epilogue_gemm)."""
     from .kernels import epilogue_gemm as eg
@@ -535,8 +600,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         norm_bytes = 0  # (recomputed in the backward from x and rstd, or saved): moved, not saved
     if row_norm != "none":  # a consumer: the normalized tensor's write (its share), and the activation's trip
         # (or the per-head norm's and RoPE's: one pass reading and writing the output)
-        saved = (norm_bytes + (2 * out_bytes if activation != "none" or head_dim else 0)
-                 - (out_bytes if write_aux else 0))
+        # (none where Inductor computes the activation inside the kernels reading it: ``activation_written``)
+        trip = (activation != "none" and activation_written) or head_dim
+        saved = norm_bytes + (2 * out_bytes if trip else 0) - (out_bytes if write_aux else 0)
     else:  # the producer: the GEMM output's write and read by the residual add, and, where the residual is the
         # previous norm's output read normalized on load, that output's write (its last reader gone; its read
         # becomes one of the norm's input, the same bytes)
@@ -565,6 +631,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         t = _cached_epilogue(site, config, direct_launch)
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
         return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
+    if _SURVEY is not None:  # the survey rewrites nothing: the pass's run decides
+        return Choice(False, Implementation.UNFUSED, "surveyed")
     bound = t["mm_ms"] + t["saved_ms"]
     fold_ms = _fold_ms(fold_bytes, t["saved_ms"], saved)
     if t.get("decided_by_model"):
@@ -772,10 +840,11 @@ def epilogue_runner(site: EpilogueSite):
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1])
 
-    def run(backend: str, config: Optional[dict] = None):
+    def run(backend: str, config: Optional[dict] = None, compile_only: bool = False):
         call = regrouped.run_epilogue_gemm if config is not None else regrouped.epilogue_gemm
+        given = {"config": config, "compile_only": compile_only} if config is not None else {}
         return call(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn, *res_norm,
-                    backend=backend, **head, **({"config": config} if config is not None else {}))
+                    backend=backend, **head, **given)
 
     return run, a, w
 
@@ -796,9 +865,12 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         return lambda: run(backend)
 
     wt = w if site.w_kn else w.t()
-    src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=site.device, dtype=torch.float16)
-    dst = torch.empty_like(src)
-    times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
+    times = _SURVEYED_BOUNDS.get(site)
+    if times is None:
+        src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=site.device, dtype=torch.float16)
+        dst = torch.empty_like(src)
+        times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
+    times = dict(times)
     bound = times["mm_ms"] + times["saved_ms"]
     predicted = _predicted(site, cache_root) if screen.margin else {}
     if predicted:
@@ -813,6 +885,10 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         triton_reason = _budget_spent(_TRITON_MEASURE, "measure_budget_s")
         if triton_reason is not None:
             times["incomplete"] = True
+    if triton_reason is None and _SURVEY is not None:  # compiled now on a thread, timed in the pass's run
+        _SURVEYED_BOUNDS[site] = {"mm_ms": times["mm_ms"], "saved_ms": times["saved_ms"]}
+        _compile_ahead(site, run, a)
+        return dict(times, incomplete=True, surveyed=True)
     if triton_reason is None:
         with _spending(_TRITON_MEASURE):
             with report.clocked("kernel compile"):

@@ -426,6 +426,33 @@ def _residual_add(user: Node, normed: Node) -> bool:
     return found is not None and found[1] is normed
 
 
+def inlined_unfused(node: Node, reader_ok) -> bool:
+    """Whether Inductor, compiling the unfused graph, computes ``node`` inside the kernels that read it and never
+    writes it: a pointwise result each of whose readers (through views) ``reader_ok`` accepts. A rewrite that
+    makes a fused kernel produce it then saves none of its bytes: BERT's last residual sum, read only by its
+    LayerNorm (one kernel in the unfused graph), must be written for an epilogue GEMM to read it."""
+    if not _tagged(node, torch.Tag.pointwise):
+        return False
+    readers, stack = [], list(node.users)
+    while stack:
+        user = stack.pop()
+        if user.target in VIEW_OPS:
+            stack.extend(user.users)
+        else:
+            readers.append(user)
+    return bool(readers) and all(reader_ok(u) for u in readers)
+
+
+def fusable_reader(node: Node) -> bool:
+    """A pointwise op or a reduction: Inductor inlines a pointwise producer into its kernel."""
+    return _tagged(node, torch.Tag.pointwise) or _tagged(node, getattr(torch.Tag, "reduction", None))
+
+
+def _tagged(node: Node, tag) -> bool:
+    return (tag is not None and node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and tag in node.target.tags)
+
+
 def unserved_readers(normed: Node, others: list) -> list:
     """The normalized tensor's other forward readers that cannot normalize it on load (all but the residual adds
     of a matmul's output): if any, ``rewrite_consumers`` declines the site because of them."""
@@ -456,8 +483,11 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
     rewrites = _plan_rewrites(consumers, ctx)
     # the normalized tensor's write is saved once no reader is left: residual adds that also read it (post-norm
     # blocks, BERT) keep it written unless the producer link later normalizes it on load, and that rewrite then
-    # counts the write; the consumers count none of it
-    norm_share = 0 if others else M * K * x_val.element_size() // max(len(rewrites), 1)
+    # counts the write; the consumers count none of it. Where the unfused graph never writes x (a sum read only by
+    # this norm: one Inductor kernel), the epilogue GEMMs need x written instead: bytes moved, not saved
+    norm_nodes = set(match.nodes)
+    x_inlined = inlined_unfused(x, lambda u: u in norm_nodes)
+    norm_share = 0 if others or x_inlined else M * K * x_val.element_size() // max(len(rewrites), 1)
     choices = []
     for rw in rewrites:
         c = rw.consumers[0]
@@ -480,7 +510,9 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         rope=bool(rw.head and rw.head.cos is not None),
                                         head_norm=bool(rw.head is None or rw.head.weight is not None),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
-                                        backward_reads_norm=backward_reads)
+                                        backward_reads_norm=backward_reads,
+                                        activation_written=rw.act_output is None
+                                        or not inlined_unfused(rw.act_output, fusable_reader))
 
         def pick(sources, fold_note):
             if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor

@@ -326,7 +326,10 @@ def test_post_norm_blocks_price_the_normalized_tensor_once(monkeypatch):
     """Where a residual add also reads the normalized tensor (post-norm blocks), its write is not saved by
     rewriting the matmul consumers (the add keeps it written); the producer link that reads that residual
     normalized on load removes its last reader and counts its write, once. A norm read only by matmuls is
-    credited to its consumers. Inference, every site's saved bytes as the selection prices them."""
+    credited to its consumers where the unfused graph writes its input (not a sum read only by the norm: Inductor
+    fuses that add into the norm's kernel), and an activation's round trip where Inductor would not compute it
+    inside its readers' kernels (not a GELU read only by a LayerNorm, BERT's head). Inference, every site's
+    saved bytes as the selection prices them."""
     from norm_fusion_inductor import selection
 
     calls = []
@@ -352,12 +355,89 @@ def test_post_norm_blocks_price_the_normalized_tensor_once(monkeypatch):
     M, elem = 16, 4
     consumers = [c for c in calls if c["row_norm"] != "none"]
     producers = [c for c in calls if c["row_norm"] == "none"]
-    # the three norms' fc1 / head consumers: the first two outputs are also residuals, the last only the head's
-    assert sorted(c["norm_bytes"] for c in consumers) == [0, 0, M * 32 * elem], consumers
-    residuals = [c["saved"] for c in consumers if c["norm_bytes"] == 0]
-    assert residuals == [2 * M * 64 * elem] * 2, consumers  # GELU's round trip alone
+    # the three norms' fc1 / head consumers: the first two outputs are also residuals; the last norm's input is
+    # the second block's sum, read by that norm alone
+    assert sorted((c["norm_bytes"], c["saved"]) for c in consumers) == [(0, 0)] + [(0, 2 * M * 64 * elem)] * 2, \
+        consumers
     # each block's fc2 + residual: its output's round trip, and the residual norm's output write
     assert [(c["residual_norm"], c["saved"]) for c in producers] == [("ln", 3 * M * 32 * elem)] * 2, producers
+
+    calls.clear()  # BERT's head: a norm of the graph's input, its consumer's GELU read only by a LayerNorm
+    head = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU(), nn.LayerNorm(48)).to(DEVICE)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(head, backend="norm_fusion", options=REGROUPED)(x)
+        assert rel(out, head(x)) < tol(torch.float32)
+    assert [(c["activation"], c["norm_bytes"], c["saved"]) for c in calls] == [("gelu", M * 32 * elem, M * 32 * elem)]
+
+
+def test_survey_of_a_copy_leaves_the_rewrite_as_it_was(monkeypatch):
+    """The pass's survey (``compile_threads``) runs the families on a copy of the graph: the graph the pass
+    rewrites, the sites it reports and the outputs are those of a run without it. Forced here on the CPU (where
+    nothing is compiled ahead) with policy always, so that the copy is rewritten too."""
+    from norm_fusion_inductor import passes, selection
+
+    surveys = []
+    real = selection.surveying
+
+    def surveying(threads):
+        surveys.append(threads)
+        return real(threads)
+
+    monkeypatch.setattr(selection, "surveying", surveying)
+    torch.manual_seed(5)
+    model = MODELS["rms_swiglu"]().to(DEVICE)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    runs = {}
+    for survey in (False, True):
+        monkeypatch.setattr(passes.NormFusionPass, "_surveys", lambda self, survey=survey: survey and self.STAGE == "joint")
+        nfi.clear_reports()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+        runs[survey] = out, sorted(s.line().split("] ", 1)[1] for s in nfi.reports())
+    assert surveys == [8]
+    assert runs[True][1] == runs[False][1] and len(runs[True][1]) == 3, runs
+    assert torch.equal(runs[True][0], runs[False][0])
+    assert rel(runs[True][0], model(x)) < tol(torch.float32)
+
+
+@pytest.mark.skipif(not CUDA, reason="compiles Triton kernels for the GPU")
+def test_survey_compiles_the_close_calls_ahead(monkeypatch, tmp_path):
+    """With the cost model's screen off every regrouped GEMM is a close call: the survey compiles their kernels
+    (the default config, on threads) and the pass's run times them without compiling again: the kernel's JIT
+    cache gains no entry after the survey."""
+    import contextlib
+
+    from norm_fusion_inductor import selection
+
+    cache = eg.epilogue_gemm_kernel.device_caches[torch.cuda.current_device()][0]
+    after_survey = []
+    real = selection.surveying
+
+    @contextlib.contextmanager
+    def surveying(threads):
+        with real(threads):
+            yield
+        after_survey.append(len(cache))
+
+    monkeypatch.setattr(selection, "surveying", surveying)
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.LayerNorm(520), nn.Linear(520, 1040), nn.GELU(), nn.Linear(1040, 264)).to(
+        DEVICE, torch.bfloat16)
+    x = torch.randn(8192, 520, device=DEVICE, dtype=torch.bfloat16)
+    options = {"norm_fusion": {"model_margin": 0, "cache_dir": str(tmp_path)}}
+    before = len(cache)
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=options)(x)
+        assert rel(out, model(x)) < tol(torch.bfloat16)
+    assert after_survey and after_survey[0] > before, (before, after_survey)
+    assert len(cache) == after_survey[0], (before, after_survey, len(cache))
+    # the pass's run timed the kernel the survey compiled (a measured time, not a survey's reason)
+    reasons = [s.reason for s in nfi.reports() if s.fusion == "regrouped_norm"]
+    assert reasons and all("epilogue GEMM on triton 0." in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -104,8 +104,9 @@ class NormFusionConfig:
     #: once: the pass first surveys a copy of the graph, deciding every regrouped GEMM it can without a compile
     #: and compiling the kernels of the rest on threads (Triton's compiler and ptxas run outside the GIL), then
     #: rewrites the graph, timing those kernels without compiling them. 0 or 1: no survey, each close call is
-    #: compiled when the rewrite meets it
-    compile_threads: int = 8
+    #: compiled when the rewrite meets it. Off by default until a GPU test that failed with it on is understood
+    #: (docs/decisions.md#confignormfusionconfigcompile_threads)
+    compile_threads: int = 0
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).

@@ -396,7 +396,7 @@ def test_survey_of_a_copy_leaves_the_rewrite_as_it_was(monkeypatch):
         with torch.no_grad():
             out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
         runs[survey] = out, sorted(s.line().split("] ", 1)[1] for s in nfi.reports())
-    assert surveys == [8]
+    assert surveys == [nfi.NormFusionConfig().compile_threads]
     assert runs[True][1] == runs[False][1] and len(runs[True][1]) == 3, runs
     assert torch.equal(runs[True][0], runs[False][0])
     assert rel(runs[True][0], model(x)) < tol(torch.float32)
@@ -426,7 +426,7 @@ def test_survey_compiles_the_close_calls_ahead(monkeypatch, tmp_path):
     model = nn.Sequential(nn.LayerNorm(520), nn.Linear(520, 1040), nn.GELU(), nn.Linear(1040, 264)).to(
         DEVICE, torch.bfloat16)
     x = torch.randn(8192, 520, device=DEVICE, dtype=torch.bfloat16)
-    options = {"norm_fusion": {"model_margin": 0, "cache_dir": str(tmp_path)}}
+    options = {"norm_fusion": {"model_margin": 0, "compile_threads": 8, "cache_dir": str(tmp_path)}}
     before = len(cache)
     nfi.clear_reports()
     torch._dynamo.reset()

@@ -829,7 +829,6 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
     return out, aux_out, partials_out
 
 
-
 def post_norm_epilogue(layer_norm: bool, bias: bool, residual: bool, write_z: bool, residual_after: bool) -> Epilogue:
     """The post-norm's epilogue pieces (``post_norm_gemm``)."""
     return Epilogue(bias=bias, residual=residual, write_aux=write_z, post_norm="ln" if layer_norm else "rms",

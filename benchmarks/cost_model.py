@@ -532,7 +532,7 @@ def evaluate(records: list[Record], min_speedup: float = 1.05) -> dict:
     wins = {f"{name} (margin {margin})": win_score(pairs, min_speedup, margin)
             for name, pairs in (("stored", stored), ("leave_one_shape_out", loso), ("leave_one_block_out", lobo),
                                 ("date_split", late))
-            for margin in (1.1, 1.15, 1.2)}
+            for margin in (1.05, 1.1, 1.15, 1.2)}
     return {
         "fitted": fitted,
         "screens": screens,

@@ -713,8 +713,8 @@ def _model_choice(site: EpilogueSite, t: dict, fold_ms: float, config: NormFusio
               f"at {site.M}x{site.K}x{site.N}")
     if fold_ms:
         detail += f" (including the weight fold per call, {site.fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
-    detail += (f": a clear win (by min_speedup {config.min_speedup:g} with model_margin {config.model_margin:g} to "
-               f"spare), decided without compiling it; launched directly, config {_plan_name(t['triton_config'])}")
+    detail += (f": a clear win (by min_speedup {config.min_speedup:g} with model_win_margin "
+               f"{config.model_win_margin:g} to spare), decided without compiling it; launched directly, config {_plan_name(t['triton_config'])}")
     return Choice(True, Implementation.REGROUPED_TRITON, detail, dict(t["triton_config"]))
 
 
@@ -727,7 +727,9 @@ class Screen(NamedTuple):
     ``model_margin``; 0: off): a backend the cost model predicts to miss the bound by this factor beyond
     ``min_speedup`` is not compiled either. ``host_priced``: without CUDA graphs an op call's host time is part
     of its price (``choose_epilogue_gemm``). ``direct_launch``: the pass can launch the Triton kernel from
-    Inductor's code, so Triton's price has no host time (Quack, an op call, must beat its GPU time)."""
+    Inductor's code, so Triton's price has no host time (Quack, an op call, must beat its GPU time).
+    ``win_margin`` (``model_win_margin``, 0 where ``model_margin`` is): a Triton GEMM predicted to beat the bound
+    by this factor beyond ``min_speedup`` is a clear win, taken untimed (``_decided_by_model``)."""
 
     backends: tuple = GEMM_BACKENDS
     min_speedup: float = 1.05
@@ -735,6 +737,7 @@ class Screen(NamedTuple):
     op_floor_ms: float = 0.0
     host_priced: bool = True
     direct_launch: bool = False
+    win_margin: float = 0.0
 
 
 # Quack's op call costs the host about as much as the Triton op call at the same site: before Quack is compiled
@@ -747,7 +750,7 @@ def _screen(config: NormFusionConfig, direct_launch: bool) -> Screen:
     cudagraphs = bool(torch._inductor.config.triton.cudagraphs)
     return Screen(tuple(config.gemm_backends), float(config.min_speedup), float(config.model_margin),
                   0.0 if cudagraphs else config.min_kernel_ms * config.min_speedup, not cudagraphs,
-                  bool(direct_launch))
+                  bool(direct_launch), float(config.model_win_margin) if config.model_margin else 0.0)
 
 
 def _cached_epilogue(site: EpilogueSite, config: NormFusionConfig, direct_launch: bool = False) -> dict:
@@ -930,19 +933,20 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
 def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound: float, saved_ms: float,
                       a) -> Optional[dict]:
     """The Triton config to launch without compiling or timing anything, where the cost model calls the site a
-    clear win: its predicted GPU time (plus the weight fold) times ``margin`` still beats the measured bound by
-    min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run its
-    untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for and
-    installed, could not beat the prediction by the margin either (it would be timed). None: measure. Of the 250
-    logged sites (benchmarks/cost_model.py), none of the grid size the default config takes that the model
-    called a clear win this way had measured short of the bound (docs/decisions.md#selection_decided_by_model)."""
+    clear win: its predicted GPU time (plus the weight fold) times ``win_margin`` still beats the measured bound
+    by min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run
+    its untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for
+    and installed, could not beat the prediction by ``margin`` either (it would be timed). None: measure. Of the
+    276 logged sites (benchmarks/cost_model.py), none of the grid size the default config takes that the model,
+    fitted without its shape, called a clear win this way had measured short of the bound
+    (docs/decisions.md#selection_decided_by_model)."""
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
-    if not (screen.margin and screen.direct_launch and "triton" in screen.backends and "triton" in predicted):
+    if not (screen.win_margin and screen.direct_launch and "triton" in screen.backends and "triton" in predicted):
         return None
     price = predicted["triton"] + _fold_ms(site.fold_bytes, saved_ms, site.saved_bytes)
-    if price * screen.margin * screen.min_speedup >= bound:
+    if price * screen.win_margin * screen.min_speedup >= bound:
         return None
     quack_rival = ("quack" in screen.backends and bound > screen.op_floor_ms and "quack" in predicted
                    and predicted["quack"] / screen.margin < predicted["triton"])

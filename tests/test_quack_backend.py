@@ -319,7 +319,7 @@ DEFAULT_TILE_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_
 def test_cost_model_decides_a_clear_win_without_compiling(monkeypatch, tmp_path, predicted_triton, screen,
                                                           quack_installed, decided):
     """Where the pass launches the Triton kernel directly, a GEMM the cost model predicts to beat the measured
-    bound (cuBLAS 0.6 + copy 0.4 ms) by min_speedup with model_margin to spare is taken with the kernel's
+    bound (cuBLAS 0.6 + copy 0.4 ms) by min_speedup with model_win_margin to spare is taken with the kernel's
     default config, neither compiled nor timed; a close call, an op call or a Quack rival is measured. Timings
     faked (graph_ms answers cuBLAS, the copy, then the kernels); the GEMMs run on the CPU."""
     _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.75, quack=0.7), 0.0,
@@ -327,7 +327,7 @@ def test_cost_model_decides_a_clear_win_without_compiling(monkeypatch, tmp_path,
     monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
     if not quack_installed:
         monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable")
-    full = dict(margin=1.2, host_priced=False, direct_launch=True)
+    full = dict(margin=1.2, win_margin=1.2, host_priced=False, direct_launch=True)
     times = selection._measure_epilogue(SCREEN_SITE, selection.Screen(**dict(full, **screen)))
     assert bool(times.get("decided_by_model")) is decided, times
     assert ("triton_ms" in times) is not decided and ("quack_ms" in times) is (not decided and quack_installed)
@@ -348,7 +348,8 @@ def test_weight_fold_counts_in_a_clear_win(monkeypatch):
     monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
     monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable")
     site = dataclasses.replace(SCREEN_SITE, fold_bytes=1024)
-    times = selection._measure_epilogue(site, selection.Screen(margin=1.2, host_priced=False, direct_launch=True))
+    times = selection._measure_epilogue(site, selection.Screen(margin=1.2, win_margin=1.2, host_priced=False,
+                                                                  direct_launch=True))
     assert not times.get("decided_by_model") and "triton_ms" in times, times
 
 
@@ -437,12 +438,16 @@ def test_backends_not_asked_for_are_not_compiled(monkeypatch):
     assert "triton_ms" in times and "quack_ms" not in times and "gemm_backends" in times["quack_reason"]
 
 
-def test_model_margin_option_is_checked():
-    with pytest.raises(ValueError, match="model_margin"):
-        NormFusionConfig(model_margin=0.5)
-    with pytest.raises(TypeError, match="model_margin"):
-        NormFusionConfig(model_margin="1.2")
+def test_model_margin_options_are_checked():
+    """Both margins: 0 or >= 1; with model_margin 0 the cost model decides nothing (no clear win either)."""
+    for name in ("model_margin", "model_win_margin"):
+        with pytest.raises(ValueError, match=name):
+            NormFusionConfig(**{name: 0.5})
+        with pytest.raises(TypeError, match=name):
+            NormFusionConfig(**{name: "1.2"})
     assert NormFusionConfig(model_margin=0).model_margin == 0
+    assert selection._screen(NormFusionConfig(model_win_margin=1.3), True).win_margin == 1.3
+    assert selection._screen(NormFusionConfig(model_margin=0, model_win_margin=1.3), True).win_margin == 0
 
 
 def test_backend_option_is_checked():

@@ -63,7 +63,8 @@ class NormFusionConfig:
     #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
     #: ~0.1–0.15 ms per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting.
-    #: The regrouped GEMMs on Quack are always such a call; on Triton with launch "direct" they are not
+    #: The regrouped GEMMs on Quack are always such a call; on Triton with launch "direct" they are not, unless
+    #: their weight fold per call still is (LayerNorm's column sums of 16-bit W·γ: ``selection._host_bound``)
     min_kernel_ms: float = 0.15
     #: the GEMM implementations a regrouped chain may run on, timed per GEMM with policy "auto" (the fastest that
     #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and
@@ -108,9 +109,9 @@ class NormFusionConfig:
     #: once: the pass first surveys a copy of the graph, deciding every regrouped GEMM it can without a compile
     #: and compiling the kernels of the rest on threads (Triton's compiler and ptxas run outside the GIL), then
     #: rewrites the graph, timing those kernels without compiling them. 0 or 1: no survey, each close call is
-    #: compiled when the rewrite meets it. Off by default until a GPU test that failed with it on is understood
-    #: (docs/decisions.md#confignormfusionconfigcompile_threads)
-    compile_threads: int = 0
+    #: compiled when the rewrite meets it. GPT-2-medium's pass: 3.1 s against 3.8 without it, BERT-base's 3.2
+    #: against 3.3 (docs/decisions.md#confignormfusionconfigcompile_threads)
+    compile_threads: int = 8
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).

@@ -512,7 +512,8 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
                                         activation_written=rw.act_output is None
-                                        or not inlined_unfused(rw.act_output, fusable_reader))
+                                        or not inlined_unfused(rw.act_output, fusable_reader),
+                                        op_per_step=_fold_op(spec.norm, fold_passes, x_val.dtype))
 
         def pick(sources, fold_note):
             if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor
@@ -679,6 +680,14 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             last.append(node)
             last = node
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
+
+
+def _fold_op(norm: str, fold_passes: int, dtype: torch.dtype) -> str:
+    """What of a per-call fold is an op call per step: LayerNorm's column sums of 16-bit W·γ
+    (``regrouped.column_sums``, opaque so that Inductor keeps the rounding); "" where none."""
+    if fold_passes and norm == "ln" and dtype in (torch.float16, torch.bfloat16):
+        return "the column sums of W·γ folded per call (LayerNorm's mean correction)"
+    return ""
 
 
 def choose_fold(choose: Callable, passes: int, sources: Optional[list], note: str) -> tuple:

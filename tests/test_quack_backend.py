@@ -223,6 +223,29 @@ def test_short_gemm_is_launched_directly_on_triton(monkeypatch, tmp_path):
     assert not _choose(config, direct_launch=True).fused
 
 
+def test_a_direct_launch_with_an_op_per_step_keeps_min_kernel_ms(monkeypatch, tmp_path):
+    """LayerNorm's column sums of W·γ folded per call are an op call per step even where the GEMM is launched
+    directly (``op_per_step``): a kernel shorter than min_kernel_ms stays unfused, as an op would; a longer one,
+    or one whose step CUDA graphs replay, is taken. Clear wins the cost model takes untimed likewise."""
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
+    numbers = dict(triton_ms=0.05, mm_ms=0.06, saved_ms=0.03, quack_reason="not asked for", triton_config=cfg)
+    _fake_gpu(monkeypatch, numbers)
+    config = NormFusionConfig(cache_dir=str(tmp_path), gemm_backends=("triton",))
+    assert _choose(config, direct_launch=True).fused
+    choice = _choose(config, direct_launch=True, op_per_step="the column sums")
+    assert not choice.fused and "the column sums is an op call per step" in choice.reason, choice.reason
+    assert "min_kernel_ms=0.15" in choice.reason and "launched directly" in choice.reason
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        assert _choose(config, direct_launch=True, op_per_step="the column sums").fused
+    _fake_gpu(monkeypatch, dict(numbers, triton_ms=0.2, mm_ms=0.24, saved_ms=0.1))
+    assert _choose(config, direct_launch=True, op_per_step="the column sums").fused
+    # a clear win decided by the model, predicted under min_kernel_ms
+    _fake_gpu(monkeypatch, dict(mm_ms=0.06, saved_ms=0.03, decided_by_model=True, triton_config=cfg,
+                                predicted={"triton": 0.05}))
+    assert _choose(config, direct_launch=True).fused
+    assert not _choose(config, direct_launch=True, op_per_step="the column sums").fused
+
+
 @pytest.mark.parametrize("op_floor_ms, compiled", [(0.1575, False), (0.0, True)])
 def test_quack_is_not_compiled_where_an_op_cannot_win(monkeypatch, op_floor_ms, compiled):
     """The measurement compiles Quack (seconds of JIT per GEMM) only where its op could be chosen: a bound

@@ -374,7 +374,9 @@ def test_post_norm_blocks_price_the_normalized_tensor_once(monkeypatch):
 def test_survey_of_a_copy_leaves_the_rewrite_as_it_was(monkeypatch):
     """The pass's survey (``compile_threads``) runs the families on a copy of the graph: the graph the pass
     rewrites, the sites it reports and the outputs are those of a run without it. Forced here on the CPU (where
-    nothing is compiled ahead) with policy always, so that the copy is rewritten too."""
+    nothing is compiled ahead) with policy always, so that the copy is rewritten too. The CPU even on a GPU
+    machine: there the two compiles' outputs differed in their last bits (fp32; the reports equal, cause not
+    known, gpu-2026-12-04g call_e), which bitwise equality cannot tell from a different rewrite."""
     from norm_fusion_inductor import passes, selection
 
     surveys = []
@@ -386,8 +388,8 @@ def test_survey_of_a_copy_leaves_the_rewrite_as_it_was(monkeypatch):
 
     monkeypatch.setattr(selection, "surveying", surveying)
     torch.manual_seed(5)
-    model = MODELS["rms_swiglu"]().to(DEVICE)
-    x = torch.randn(2, 8, 32, device=DEVICE)
+    model = MODELS["rms_swiglu"]()
+    x = torch.randn(2, 8, 32)
     runs = {}
     for survey in (False, True):
         monkeypatch.setattr(passes.NormFusionPass, "_surveys", lambda self, survey=survey: survey and self.STAGE == "joint")

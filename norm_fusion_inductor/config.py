@@ -109,9 +109,10 @@ class NormFusionConfig:
     #: once: the pass first surveys a copy of the graph, deciding every regrouped GEMM it can without a compile
     #: and compiling the kernels of the rest on threads (Triton's compiler and ptxas run outside the GIL), then
     #: rewrites the graph, timing those kernels without compiling them. 0 or 1: no survey, each close call is
-    #: compiled when the rewrite meets it. GPT-2-medium's pass: 3.1 s against 3.8 without it, BERT-base's 3.2
-    #: against 3.3 (docs/decisions.md#confignormfusionconfigcompile_threads)
-    compile_threads: int = 8
+    #: compiled when the rewrite meets it (the default: measured side by side on five transformers blocks, the
+    #: survey's pass was 0.7 s shorter on one, 1.2 s longer on another, within the noise on the rest;
+    #: docs/decisions.md#confignormfusionconfigcompile_threads)
+    compile_threads: int = 0
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).

@@ -147,8 +147,6 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     options = {"policy": args.policy}  # the default fusions, as a user gets them
     if args.min_speedup is not None:
         options["min_speedup"] = args.min_speedup
-    if args.compile_threads is not None:
-        options["compile_threads"] = args.compile_threads
 
     def plugin(**changes):  # the backend takes Inductor options beside its own, not a mode with them
         return dict(backend="norm_fusion", options={"norm_fusion": {**options, **changes},
@@ -304,7 +302,6 @@ def main() -> int:
                    help="reduce-overhead: every compiler replays CUDA graphs (no host time per step; the plugin "
                         "then prices an op-launched GEMM, Quack's, at its GPU time alone)")
     p.add_argument("--min-speedup", type=float, help="the plugin's min_speedup option (default: the config's)")
-    p.add_argument("--compile-threads", type=int, help="the plugin's compile_threads option (default: the config's)")
     p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
                    help="the plugin's gemm_backends option (norm_fusion_triton in --backends adds a Triton-only run)")
     p.add_argument("--rounds", type=int, default=5)
@@ -338,7 +335,6 @@ def main() -> int:
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
           f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}  mode={args.mode}"
           + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else "")
-          + (f"  compile_threads={args.compile_threads}" if args.compile_threads is not None else "")
           + ("  inputs: random embeddings" if args.random_embeds else "")
           + (f"  tuning: {' '.join(args.tuning)}" if args.tuning else ""))
     print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "

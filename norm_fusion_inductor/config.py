@@ -105,14 +105,6 @@ class NormFusionConfig:
     #: cache); its site stays unfused until then. True trades warm compiles (the pass's time again, each
     #: compile, until nothing is pending) for the sites the first compile had no budget for
     revisit_pending: bool = False
-    #: with policy "auto", the threads that compile the close calls' Triton kernels (their default config) at
-    #: once: the pass first surveys a copy of the graph, deciding every regrouped GEMM it can without a compile
-    #: and compiling the kernels of the rest on threads (Triton's compiler and ptxas run outside the GIL), then
-    #: rewrites the graph, timing those kernels without compiling them. 0 or 1: no survey, each close call is
-    #: compiled when the rewrite meets it (the default: measured side by side on five transformers blocks, the
-    #: survey's pass was 0.7 s shorter on one, 1.2 s longer on another, within the noise on the rest;
-    #: docs/decisions.md#confignormfusionconfigcompile_threads)
-    compile_threads: int = 0
     #: inference: each regrouped consumer's weight-side operands (W·γ, a gated pair's interleaved weight, and
     #: LayerNorm's u = Σ_k W·γ and v = Wβ + b) are computed once and kept while the parameters are unchanged in
     #: place, instead of once per call (a pass over each weight).
@@ -161,9 +153,6 @@ class NormFusionConfig:
             _check_type(name, getattr(self, name), (int, float))
             if getattr(self, name) < 0:
                 raise ValueError(f"norm_fusion option '{name}' must be >= 0, got {getattr(self, name)}")
-        _check_type("compile_threads", self.compile_threads, int)
-        if self.compile_threads < 0:
-            raise ValueError(f"norm_fusion option 'compile_threads' must be an int >= 0, got {self.compile_threads!r}")
         _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
         if self.min_kernel_ms < 0:
             raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")

@@ -9,7 +9,6 @@ either changes.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import hashlib
 import itertools
@@ -39,10 +38,10 @@ def new_graph_id() -> int:
 class PassContext:
     """State of one run of the pass over one graph: the config, the backward-only nodes, the site records."""
 
-    def __init__(self, graph: torch.fx.Graph, config: NormFusionConfig, stage: str = "joint", survey: bool = False):
+    def __init__(self, graph: torch.fx.Graph, config: NormFusionConfig, stage: str = "joint"):
         from norm_fusion_inductor.patterns.common import backward_only_nodes
 
-        self.graph_id = -1 if survey else next(_GRAPH_COUNTER)  # a survey's records are never logged
+        self.graph_id = next(_GRAPH_COUNTER)
         self.graph = graph
         self.config = config
         self.stage = stage
@@ -140,13 +139,6 @@ class NormFusionPass(CustomGraphPass):
         steps = [step for fusion, step in STAGES[self.STAGE] if fusion in self.config.fusions]
         with report.clocked("pass"), pattern_cache_root(self.config.cache_root), \
                 selection.measurement_budgets(self.config.quack_jit_budget_s, self.config.measure_budget_s):
-            if self._surveys():  # the close calls' kernels compiled at once, on threads, before the rewrite
-                survey = copy.deepcopy(graph)  # in a module (the matcher needs one): get_attr targets shared
-                torch.fx.GraphModule(graph.owning_module or torch.nn.Module(), survey)
-                survey_ctx = PassContext(survey, self.config, self.STAGE, survey=True)
-                with selection.surveying(self.config.compile_threads):
-                    for step in steps:
-                        step.apply(survey, survey_ctx)
             for step in steps:
                 step.apply(graph, ctx)
             if self.STAGE == "joint":
@@ -164,13 +156,6 @@ class NormFusionPass(CustomGraphPass):
             report.log.info("[graph %d] after norm_fusion (%s):\n%s", ctx.graph_id, self.STAGE, graph)
         if self.chained is not None:
             self.chained(graph)
-
-    def _surveys(self) -> bool:
-        """Whether this run surveys a copy of the graph first (``NormFusionConfig.compile_threads``): where the
-        regrouped rewrite times Triton kernels."""
-        c = self.config
-        return (self.STAGE == "joint" and c.compile_threads > 1 and c.policy == "auto" and "triton" in c.gemm_backends
-                and "regrouped_norm" in c.fusions and torch.cuda.is_available())
 
     def uuid(self) -> Optional[Any]:
         chained_id = None

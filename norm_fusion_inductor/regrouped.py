@@ -58,12 +58,10 @@ def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, re
 def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
                       residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
                       residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
-                      rope_cos=None, rope_sin=None, head_eps_tensor=None, *, config: Optional[dict] = None,
-                      compile_only: bool = False):
+                      rope_cos=None, rope_sin=None, head_eps_tensor=None, *, config: Optional[dict] = None):
     """The op's computation, with its arguments. ``config`` (Triton backend): that block config instead of the
     tuned one — how the pass traces a direct launch into its graph (``launch_config``), the kernel launched from
-    Inductor's generated code with no Python op per call; with ``compile_only``, that config compiled and not
-    launched (the outputs are left unwritten)."""
+    Inductor's generated code with no Python op per call."""
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
                          residual_norm, head_dim, rope_cos is not None,
                          head_norm=head_weight is not None or not head_dim)
@@ -90,7 +88,7 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
         raise ValueError(f"epilogue_gemm backend must be 'triton' or 'quack', got {backend!r}")
     return kernel.epilogue_gemm(a, w, epilogue=epilogue, w_kn=w_kn, residual=residual, bias=contig[0],
                                 scale=contig[1], shift=contig[2], u=contig[3], residual_norm=res_norm,
-                                head_norm=head_norm, config=config, compile_only=compile_only)
+                                head_norm=head_norm, config=config)
 
 
 # The op is declared with torch.library's low-level API: one kernel for every device and a fake, nothing else (no

@@ -69,12 +69,6 @@ PENDING_TTL_S = 3600.0
 # (measure_budget_s); none outside a run (a direct call of the selection)
 _QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
 _TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0}
-# the pass's survey of a copy of its graph (``surveying``): the pool compiling close calls' kernels, None outside
-# one; and the bounds the survey timed, by site, for the run of the pass that follows (cleared after it)
-_SURVEY: Optional[dict] = None
-_SURVEYED_BOUNDS: dict = {}
-
-
 @contextlib.contextmanager
 def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     """The budgets of one run of the pass over a graph (measurements outside any run, such as ``calibrate``'s,
@@ -86,64 +80,6 @@ def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     finally:
         _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
         _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0)
-        _SURVEYED_BOUNDS.clear()
-
-
-@contextlib.contextmanager
-def surveying(threads: int):
-    """A survey of the graph before the pass rewrites it (``NormFusionConfig.compile_threads``): within it
-    ``choose_epilogue_gemm`` measures what needs no compile and chooses nothing (every GEMM unfused), and a close
-    call's Triton kernel (its default config, up to ``threads`` of them) is compiled on a thread instead of timed
-    (Triton's ``AsyncCompileMode``: the arguments are bound here, only the compiler runs on the threads); on exit
-    the compiles are waited for, their wall time counted to ``measure_budget_s``. The run of the pass that follows
-    times those kernels without compiling them, with the bounds the survey timed."""
-    import concurrent.futures
-
-    global _SURVEY
-    pool = concurrent.futures.ThreadPoolExecutor(max(threads, 1))
-    mode = _async_compile_mode(pool)
-    if mode is not None:
-        mode.__enter__()
-    _SURVEY = {"left": threads if mode is not None else 0}
-    try:
-        yield
-    finally:
-        _SURVEY = None
-        with _spending(_TRITON_MEASURE), report.clocked("kernel compile"):
-            if mode is not None:  # waits for the compiles and files them in the JIT's cache
-                mode.__exit__(None, None, None)
-            pool.shutdown(wait=True)
-
-
-def _async_compile_mode(pool):
-    """Triton's asynchronous compile mode on ``pool``, or None where this Triton has none or one is active."""
-    try:
-        from triton.runtime import _async_compile
-
-        if _async_compile.active_mode.get() is None:
-            return _async_compile.AsyncCompileMode(pool, ignore_errors=True)  # a failure shows at its launch
-    except (ImportError, AttributeError, TypeError):
-        pass
-    return None
-
-
-def _compile_ahead(site: EpilogueSite, run, a) -> None:
-    """In a survey: send the compile of the site's Triton kernel, its untuned default config, to the survey's
-    threads. Not where the tuner would time several configs (a small grid: those compile on threads when they
-    are tuned, ``kernels.common.precompile``), nor once the survey's threads each have a kernel."""
-    from .kernels import epilogue_gemm as eg
-
-    epilogue = _site_epilogue(site)
-    if _SURVEY["left"] <= 0 or eg.tuned_for(site.M, site.N, site.K, site.dtype, site.w_kn, epilogue) is not None:
-        return
-    config = eg.default_config(a, epilogue, site.N)
-    if config is None:
-        return
-    _SURVEY["left"] -= 1
-    try:
-        run("triton", config, compile_only=True)  # returns at once: the compile runs on a thread
-    except Exception:  # shows again when the pass's run launches the kernel
-        pass
 
 
 def _budget_spent(budget: dict, option: str) -> Optional[str]:
@@ -255,7 +191,7 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
         pending.pop(key, None)
         if not value.get("incomplete"):
             _MEMORY[key] = value
-        elif not value.get("surveyed"):  # a survey's is completed by the pass's run that follows
+        else:
             pending[key] = time.time()
         if pending:
             _MEMORY[PENDING] = pending
@@ -634,8 +570,6 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         t = _cached_epilogue(site, config, direct_launch)
     except Exception as e:  # a failed measurement never breaks the compile: keep the unfused path
         return Choice(False, Implementation.UNFUSED, f"measurement failed ({type(e).__name__}: {e})")
-    if _SURVEY is not None:  # the survey rewrites nothing: the pass's run decides
-        return Choice(False, Implementation.UNFUSED, "surveyed")
     bound = t["mm_ms"] + t["saved_ms"]
     fold_ms = _fold_ms(fold_bytes, t["saved_ms"], saved)
     if t.get("decided_by_model"):
@@ -856,11 +790,10 @@ def epilogue_runner(site: EpilogueSite):
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1])
 
-    def run(backend: str, config: Optional[dict] = None, compile_only: bool = False):
+    def run(backend: str, config: Optional[dict] = None):
         call = regrouped.run_epilogue_gemm if config is not None else regrouped.epilogue_gemm
-        given = {"config": config, "compile_only": compile_only} if config is not None else {}
         return call(*args, site.row_norm, site.activation, site.write_aux, site.stats, site.w_kn, *res_norm,
-                    backend=backend, **head, **given)
+                    backend=backend, **head, **({"config": config} if config is not None else {}))
 
     return run, a, w
 
@@ -881,12 +814,9 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         return lambda: run(backend)
 
     wt = w if site.w_kn else w.t()
-    times = _SURVEYED_BOUNDS.get(site)
-    if times is None:
-        src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=site.device, dtype=torch.float16)
-        dst = torch.empty_like(src)
-        times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
-    times = dict(times)
+    src = torch.empty(max(site.saved_bytes // 2 // 2, 1), device=site.device, dtype=torch.float16)
+    dst = torch.empty_like(src)
+    times = {"mm_ms": graph_ms(lambda: torch.mm(a, wt)), "saved_ms": graph_ms(lambda: sm_copy(dst, src))}
     bound = times["mm_ms"] + times["saved_ms"]
     predicted = _predicted(site, cache_root) if screen.margin else {}
     if predicted:
@@ -901,10 +831,6 @@ def _measure_epilogue(site: EpilogueSite, screen: Screen = Screen(), cache_root:
         triton_reason = _budget_spent(_TRITON_MEASURE, "measure_budget_s")
         if triton_reason is not None:
             times["incomplete"] = True
-    if triton_reason is None and _SURVEY is not None:  # compiled now on a thread, timed in the pass's run
-        _SURVEYED_BOUNDS[site] = {"mm_ms": times["mm_ms"], "saved_ms": times["saved_ms"]}
-        _compile_ahead(site, run, a)
-        return dict(times, incomplete=True, surveyed=True)
     if triton_reason is None:
         with _spending(_TRITON_MEASURE):
             with report.clocked("kernel compile"):

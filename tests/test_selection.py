@@ -445,21 +445,17 @@ def test_entries_another_process_stored_meanwhile_are_kept(measured, monkeypatch
     assert selection._MEMORY["child|plan"] == {"plan": CONFIG}
 
 
-def test_a_surveys_measurement_is_neither_kept_nor_pending(monkeypatch, tmp_path):
-    """A survey's measurement (its kernel compiling on a thread, ``selection.surveying``) is incomplete: the
-    pass's run that follows measures the site again, so it is not kept in memory or on disk, and not listed as
-    pending either (that would make the FX graph cache miss with revisit_pending); a budget's incomplete one is."""
+def test_an_incomplete_measurement_is_pending_not_kept(monkeypatch, tmp_path):
+    """A measurement a budget left incomplete is returned but kept neither in memory nor on disk; its key is
+    listed as pending until a complete measurement of it replaces it."""
     monkeypatch.setattr(selection, "_MEMORY", {})
     config = NormFusionConfig(cache_dir=str(tmp_path))
-    surveyed = {"mm_ms": 0.1, "incomplete": True, "surveyed": True}
-    assert selection._disk_cached("k", config, lambda: dict(surveyed)) == surveyed
-    assert "k" not in selection._MEMORY and selection.PENDING not in selection._MEMORY
-    assert selection._disk_cached("k", config, lambda: {"mm_ms": 0.1, "triton_ms": 0.2}) == {"mm_ms": 0.1,
-                                                                                             "triton_ms": 0.2}
     assert selection._disk_cached("j", config, lambda: {"mm_ms": 0.1, "incomplete": True})["incomplete"]
-    assert set(json.loads(selection._cache_file(config).read_text())) == {"k", selection.PENDING}
-    assert set(selection._MEMORY[selection.PENDING]) == {"j"}
-
+    assert "j" not in selection._MEMORY and set(selection._MEMORY[selection.PENDING]) == {"j"}
+    assert set(json.loads(selection._cache_file(config).read_text())) == {selection.PENDING}
+    whole = {"mm_ms": 0.1, "triton_ms": 0.2}
+    assert selection._disk_cached("j", config, lambda: dict(whole)) == whole
+    assert json.loads(selection._cache_file(config).read_text()) == {"j": whole}
 
 def test_interleaved_timing_reverses_the_order_every_other_round():
     """The benchmarks' and the child process's timer: each variant once a round, the order reversed every other

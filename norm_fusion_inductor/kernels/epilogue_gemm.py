@@ -798,11 +798,10 @@ def tuned_configs() -> str:
 
 def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn: bool = False,
                   residual=None, bias=None, scale=None, shift=None, u=None, residual_norm: ResidualNorm | None = None,
-                  head_norm: HeadNorm | None = None, config: dict | None = None, compile_only: bool = False):
+                  head_norm: HeadNorm | None = None, config: dict | None = None):
     """(out, aux, partials) of the composed GEMM (module doc). a [M, K]; w [N, K] (or [K, N] with ``w_kn``);
     out [M, N] (or [M, N/2] gated) in a's dtype; aux [M, N] when ``epilogue.write_aux``; partials
-    [1 or 2, num_segments(N), M] fp32 when ``epilogue.stats``; absent ones are empty tensors. ``compile_only``
-    (with ``config``): compile that config, launch nothing."""
+    [1 or 2, num_segments(N), M] fp32 when ``epilogue.stats``; absent ones are empty tensors."""
     M, K = a.shape
     N = w.shape[1 if w_kn else 0]
     out = torch.empty(M, N // 2 if epilogue.gated else N, device=a.device, dtype=a.dtype)
@@ -822,10 +821,7 @@ def epilogue_gemm(a: torch.Tensor, w: torch.Tensor, *, epilogue: Epilogue, w_kn:
     def run(cfg, compile_only=False):
         launch(cfg, a, w, out, epilogue=epilogue, w_kn=w_kn, compile_only=compile_only, **tensors)
 
-    if compile_only:
-        run(config, compile_only=True)
-    else:
-        run(config or tuned_config(a, w, w_kn, epilogue, run))
+    run(config or tuned_config(a, w, w_kn, epilogue, run))
     return out, aux_out, partials_out
 
 

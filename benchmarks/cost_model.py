@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
@@ -516,6 +517,21 @@ def current_kernel(r: Record) -> bool:
     return _run(r) >= KERNEL_FROM
 
 
+def repeatability(records: list[Record]) -> dict:
+    """How well a site's measured speedup repeats on today's kernel: over the sites timed more than once (same
+    block, mode and shape; ``current_kernel``), the share of timings within ±10 % of their site's median — what a
+    model that knew each site's median would score against the ±10 % target."""
+    sites: dict = {}
+    for r in records:
+        if current_kernel(r):
+            sites.setdefault((r.block, r.mode, r.kind, r.M, r.K, r.N, aux_of(r)), []).append(r.speedup)
+    repeated = [v for v in sites.values() if len(v) > 1]
+    timings = [(s, statistics.median(v)) for v in repeated for s in v]
+    return {"sites": len(repeated), "timings": len(timings),
+            "within_10pct": sum(abs(s / m - 1.0) <= 0.10 for s, m in timings) / max(len(timings), 1),
+            "widest": max((max(v) / min(v) for v in repeated), default=None)}
+
+
 def evaluate(records: list[Record], min_speedup: float = 1.05) -> dict:
     base = cm.CALIBRATION["NVIDIA H200"]
     stored = [(r, predict_record(cm.CALIBRATION[r.gpu], r)) for r in records if r.gpu in cm.CALIBRATION]
@@ -535,6 +551,7 @@ def evaluate(records: list[Record], min_speedup: float = 1.05) -> dict:
             for margin in (1.05, 1.1, 1.15, 1.2)}
     return {
         "fitted": fitted,
+        "repeatability": repeatability(records),
         "screens": screens,
         "wins": wins,
         "pairs": {"stored": stored, "in_sample": insample, "leave_one_shape_out": loso,
@@ -601,6 +618,10 @@ def markdown(records: list[Record], ev: dict, min_speedup: float) -> str:
         lines.append(f"| {name} | {s['records']} | {s['within_10pct']:.1%} | {s['within_10pct_selection']:.1%} | "
                      f"{s['decision_agreement']:.1%} | "
                      f"{s['clear_calls']} | {s['clear_call_errors']} | {errs} |")
+    rep = ev["repeatability"]
+    lines += ["", f"Repeatability (today's kernel): of the {rep['timings']} timings of the {rep['sites']} sites timed "
+              f"more than once, {rep['within_10pct']:.1%} lie within ±10 % of their site's median speedup (the "
+              f"widest site spans {_f(rep['widest'], 3)}×): the ceiling of any model against the ±10 % target."]
     lines += ["", "The selection's screen (model_margin): of the backends the records timed, those whose predicted "
               f"time ÷ margin misses the bound by {min_speedup} (not compiled), and how many of those passed as "
               "measured", "", "| constants (margin) | timed | screened | screened but passing |",

@@ -74,8 +74,8 @@ class NormFusionConfig:
     #: for the H200, measured by ``python -m norm_fusion_inductor calibrate`` for another), a regrouped
     #: GEMM backend whose predicted time, divided by this factor, still misses the measured unfused bound by
     #: min_speedup (or, for Quack, with its op call's host time, does not beat Triton's measured price) is not
-    #: compiled or timed: a clear loss costs no JIT. At 1.15, of the 360 backend timings logged on the H200 none
-    #: would have been screened wrongly with constants fitted without their shape (46 screened), two with
+    #: compiled or timed: a clear loss costs no JIT. At 1.15, of the 385 backend timings logged on the H200 none
+    #: would have been screened wrongly with constants fitted without their shape (44 screened), two with
     #: constants fitted on the first 29 records alone (``benchmarks/cost_model.py``). 0 turns the cost model off
     #: (every backend timed, no clear win taken untimed either)
     model_margin: float = 1.15
@@ -83,7 +83,7 @@ class NormFusionConfig:
     #: predicted time (plus the weight fold) times this factor still beats the measured bound by min_speedup (and
     #: that Quack could not beat) runs its untuned default config, neither compiled nor timed in the pass — a
     #: clear win (selection._decided_by_model); Inductor compiles it once, with the graph's other kernels. At
-    #: 1.1, none of the 39 GEMMs taken so with constants fitted without their shape (or their block, or on the
+    #: 1.1, none of the 40 GEMMs taken so with constants fitted without their shape (or their block, or on the
     #: first 29 records alone) measured under 1.13x its bound (``benchmarks/cost_model.py``). 0: every win timed
     model_win_margin: float = 1.1
     #: with policy "auto", the seconds of Quack JIT (compiling and timing its configs, 5-10 s each on the H200)

@@ -311,6 +311,30 @@ def test_training_prices_the_normalized_tensor_as_still_written(monkeypatch, tra
     assert len(consumers) == 3 and all(reads is train for reads in consumers), seen
 
 
+@pytest.mark.parametrize("name", ["ln_gelu_tower", "rms_swiglu"])
+def test_a_layer_norm_fold_per_call_is_priced_as_an_op_per_step(monkeypatch, name):
+    """Training folds W·γ per call; LayerNorm's consumers also sum its columns in an op (16-bit weights), a Python
+    call per step even where the GEMM is launched directly: their choice is told so (``op_per_step``, which holds
+    them to min_kernel_ms); RMSNorm's fold has no op."""
+    from norm_fusion_inductor import selection
+
+    ops = []
+    real = selection.choose_epilogue_gemm
+
+    def spy(*args, **kwargs):
+        if kwargs["row_norm"] != "none":
+            ops.append(kwargs["op_per_step"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(selection, "choose_epilogue_gemm", spy)
+    torch.manual_seed(4)
+    model = MODELS[name]().to(DEVICE, torch.float16).train()
+    x = torch.randn(2, 8, 32, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    torch._dynamo.reset()
+    torch.compile(model, backend="norm_fusion", options=REGROUPED)(x)
+    assert ops and all(("column sums" in op) is (name == "ln_gelu_tower") for op in ops), ops
+
+
 class PostNormBlock(nn.Module):
     """BERT's order: the residual add before the norm, so the norm's output is the next block's residual too."""
 

@@ -661,7 +661,8 @@ def _model_choice(site: EpilogueSite, t: dict, fold_ms: float, config: NormFusio
     if fold_ms:
         detail += f" (including the weight fold per call, {site.fold_bytes / 1e6:.1f} MB: {fold_ms:.4f} ms)"
     detail += (f": a clear win (by min_speedup {config.min_speedup:g} with model_win_margin "
-               f"{config.model_win_margin:g} to spare), decided without compiling it; launched directly, config {_plan_name(t['triton_config'])}")
+               f"{config.model_win_margin:g} to spare), decided without compiling it; launched directly, config "
+               f"{_plan_name(t['triton_config'])}")
     return Choice(True, Implementation.REGROUPED_TRITON, detail, dict(t["triton_config"]))
 
 

@@ -46,7 +46,7 @@ class Choice:
     measured: bool = False  # decided by a measurement (not by the policy or the operands alone)
 
 
-_MEMORY: dict = {}
+_MEMORY: dict = {}  # each cache file's measurements in memory, by the file's path (``_memory``)
 # part of every cache key: a change to how the times are measured must not reuse times measured the old way
 MEASUREMENT = "copy-kernel+mm-without-bias+attention-host+post-norm-on-epilogue-gemm"
 # The post-norm's bound (cuBLAS + copies of the matmul's output) keeps the margin it was calibrated with: below
@@ -115,6 +115,12 @@ def _cache_file(config: NormFusionConfig) -> pathlib.Path:
     return pathlib.Path(config.cache_root) / "choices.json"
 
 
+def _memory(config: NormFusionConfig) -> dict:
+    """The measurements of ``config``'s cache file held in memory: one dict per file, so that a process compiling
+    with two cache folders neither serves one folder's measurements from the other nor writes them into it."""
+    return _MEMORY.setdefault(str(_cache_file(config)), {})
+
+
 def _key(site) -> str:
     import triton
 
@@ -172,42 +178,43 @@ def _disk_cached(key: str, config: NormFusionConfig, measure) -> dict:
     """``measure()`` once per key: from memory, the disk cache, or measured now (and stored). A measurement
     marked ``incomplete`` (a backend left out for this compile's budget) is not stored; its key is listed as
     pending (``pending_token``) until a later compile measures it whole."""
-    if key not in _MEMORY:
+    memory = _memory(config)
+    if key not in memory:
         try:
-            _MEMORY.update(json.loads(_cache_file(config).read_text()))
+            memory.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
-    if key not in _MEMORY:
+    if key not in memory:
         # the pass runs under Inductor's fake mode; the measurement needs real tensors
         with torch._subclasses.fake_tensor.unset_fake_temporarily(), report.clocked("measurement"):
             value = measure()
             if torch.cuda.is_initialized():  # the measurement's operands (GBs at the block shapes) go back to
                 torch.cuda.empty_cache()  # the device, not to the caching allocator the model then runs in
         try:  # what other processes stored meanwhile (a child process's tuned config, _compiled_check) is kept
-            _MEMORY.update(json.loads(_cache_file(config).read_text()))
+            memory.update(json.loads(_cache_file(config).read_text()))
         except (OSError, ValueError):
             pass
-        pending = _live_pending(_MEMORY.get(PENDING))
+        pending = _live_pending(memory.get(PENDING))
         pending.pop(key, None)
         if not value.get("incomplete"):
-            _MEMORY[key] = value
+            memory[key] = value
         else:
             pending[key] = time.time()
         if pending:
-            _MEMORY[PENDING] = pending
+            memory[PENDING] = pending
         else:
-            _MEMORY.pop(PENDING, None)
+            memory.pop(PENDING, None)
         try:
             path = _cache_file(config)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(_MEMORY, indent=0))
+            tmp.write_text(json.dumps(memory, indent=0))
             tmp.replace(path)
         except OSError:
             pass  # a read-only home only costs a re-measurement next time
         if value.get("incomplete"):
             return value
-    return _MEMORY[key]
+    return memory[key]
 
 
 def pending_token(config: NormFusionConfig) -> str:

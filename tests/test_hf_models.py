@@ -162,7 +162,6 @@ def test_ten_sequence_lengths_compile_once_and_stay_fused(family, train, how, mo
         real = selection._measure_epilogue
         monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
             real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=1e-4))
-        monkeypatch.setattr(selection, "_MEMORY", {})  # no earlier test's real timing of these shapes
         options = {"norm_fusion": {"policy": "auto", "fusions": nfi.FUSIONS, "gemm_backends": ("triton",),
                                    "cache_dir": str(tmp_path), "measure_budget_s": float("inf")}}  # all timed
     torch.manual_seed(0)

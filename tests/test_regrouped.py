@@ -636,10 +636,8 @@ def test_triton_gemms_launched_from_inductor_code(monkeypatch, tmp_path, train, 
     def measured(site, screen=None, cache_root=None):  # the real tuning (its config compiles at this shape), every GEMM a winner
         return dict(real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1)
 
-    # patched under the disk cache (tmp_path and the in-memory layer: fresh, so that no earlier test's real
-    # timing of this shape is served instead), which measures outside Inductor's fake mode
+    # patched under the disk cache (tmp_path: fresh), which measures outside Inductor's fake mode
     monkeypatch.setattr(selection, "_measure_epilogue", measured)
-    monkeypatch.setattr(selection, "_MEMORY", {})
     torch.manual_seed(8)
     model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).train(train)
     x = torch.randn(4, 64, 32, device=DEVICE, dtype=torch.bfloat16, requires_grad=train)
@@ -689,7 +687,6 @@ def test_dynamic_batch_launched_from_inductor_code(monkeypatch, tmp_path):
     real = selection._measure_epilogue
     monkeypatch.setattr(selection, "_measure_epilogue", lambda site, screen=None, cache_root=None: dict(
         real(site, selection.Screen(backends=("triton",))), triton_ms=1e-3, mm_ms=1.0, saved_ms=0.1))
-    monkeypatch.setattr(selection, "_MEMORY", {})  # no earlier test's real timing of these shapes
     torch.manual_seed(9)
     model = MODELS["rms_swiglu"]().to(DEVICE, torch.bfloat16).eval()
     options = {"norm_fusion": {"policy": "auto", "fusions": nfi.KNOWN_FUSIONS, "gemm_backends": ("triton",),

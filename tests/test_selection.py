@@ -442,7 +442,7 @@ def test_entries_another_process_stored_meanwhile_are_kept(measured, monkeypatch
     selection.choose(CUDA_SITE, config)
     saved = json.loads(path.read_text())
     assert set(saved) == {"before", "child|plan", "262144x1024x256"}
-    assert selection._MEMORY["child|plan"] == {"plan": CONFIG}
+    assert selection._memory(config)["child|plan"] == {"plan": CONFIG}
 
 
 def test_an_incomplete_measurement_is_pending_not_kept(monkeypatch, tmp_path):
@@ -451,11 +451,25 @@ def test_an_incomplete_measurement_is_pending_not_kept(monkeypatch, tmp_path):
     monkeypatch.setattr(selection, "_MEMORY", {})
     config = NormFusionConfig(cache_dir=str(tmp_path))
     assert selection._disk_cached("j", config, lambda: {"mm_ms": 0.1, "incomplete": True})["incomplete"]
-    assert "j" not in selection._MEMORY and set(selection._MEMORY[selection.PENDING]) == {"j"}
+    memory = selection._memory(config)
+    assert "j" not in memory and set(memory[selection.PENDING]) == {"j"}
     assert set(json.loads(selection._cache_file(config).read_text())) == {selection.PENDING}
     whole = {"mm_ms": 0.1, "triton_ms": 0.2}
     assert selection._disk_cached("j", config, lambda: dict(whole)) == whole
     assert json.loads(selection._cache_file(config).read_text()) == {"j": whole}
+
+
+def test_two_cache_folders_keep_their_own_measurements(monkeypatch, tmp_path):
+    """A process compiling with two cache folders measures a key once per folder and writes each folder's
+    measurements to its own file only."""
+    monkeypatch.setattr(selection, "_MEMORY", {})
+    a, b = (NormFusionConfig(cache_dir=str(tmp_path / name)) for name in ("a", "b"))
+    assert selection._disk_cached("k", a, lambda: {"mm_ms": 1.0}) == {"mm_ms": 1.0}
+    assert selection._disk_cached("k", a, lambda: pytest.fail("measured again")) == {"mm_ms": 1.0}
+    assert selection._disk_cached("k", b, lambda: {"mm_ms": 2.0}) == {"mm_ms": 2.0}
+    assert selection._disk_cached("j", b, lambda: {"mm_ms": 3.0}) == {"mm_ms": 3.0}
+    assert json.loads(selection._cache_file(a).read_text()) == {"k": {"mm_ms": 1.0}}
+    assert json.loads(selection._cache_file(b).read_text()) == {"k": {"mm_ms": 2.0}, "j": {"mm_ms": 3.0}}
 
 def test_interleaved_timing_reverses_the_order_every_other_round():
     """The benchmarks' and the child process's timer: each variant once a round, the order reversed every other

@@ -147,6 +147,7 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
     options = {"policy": args.policy}  # the default fusions, as a user gets them
     if args.min_speedup is not None:
         options["min_speedup"] = args.min_speedup
+    options.update(args.plugin_option)
 
     def plugin(**changes):  # the backend takes Inductor options beside its own, not a mode with them
         return dict(backend="norm_fusion", options={"norm_fusion": {**options, **changes},
@@ -267,6 +268,11 @@ def print_kernels(row: dict, top: int = 14) -> None:
             print(f"    {ms:8.3f}  {key[:90]}", flush=True)
 
 
+def _number_option(text: str) -> tuple:
+    name, _, value = text.partition("=")
+    return name, float(value)
+
+
 def compile_profile(profiler, top: int = 40) -> str:
     """Where the first compile's seconds go: the plugin's measurement and tuning, Quack's JIT, Inductor, by
     cumulative time."""
@@ -302,6 +308,8 @@ def main() -> int:
                    help="reduce-overhead: every compiler replays CUDA graphs (no host time per step; the plugin "
                         "then prices an op-launched GEMM, Quack's, at its GPU time alone)")
     p.add_argument("--min-speedup", type=float, help="the plugin's min_speedup option (default: the config's)")
+    p.add_argument("--plugin-option", nargs="*", default=[], metavar="NAME=NUMBER", type=_number_option,
+                   help="other numeric options of the plugin (NormFusionConfig), e.g. measure_budget_s=30")
     p.add_argument("--gemm-backends", nargs="+", default=["triton", "quack"],
                    help="the plugin's gemm_backends option (norm_fusion_triton in --backends adds a Triton-only run)")
     p.add_argument("--rounds", type=int, default=5)
@@ -335,6 +343,7 @@ def main() -> int:
     print(f"# {device}  torch {torch.__version__}  triton {triton.__version__}  python {platform.python_version()}"
           f"  {time.strftime('%Y-%m-%d %H:%M')}  policy={args.policy}  mode={args.mode}"
           + (f"  min_speedup={args.min_speedup}" if args.min_speedup is not None else "")
+          + "".join(f"  {name}={value}" for name, value in args.plugin_option)
           + ("  inputs: random embeddings" if args.random_embeds else "")
           + (f"  tuning: {' '.join(args.tuning)}" if args.tuning else ""))
     print("| block | mode | SOL ms | default ms | max-autotune ms | norm_fusion ms | speedup vs best | fused/SOL | "

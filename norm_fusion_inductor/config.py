@@ -63,9 +63,16 @@ class NormFusionConfig:
     #: with launch "op" and policy "auto", a fused site must keep at least this much GPU time per call (ms),
     #: unless Inductor runs the graph under CUDA graphs: the op is called through Python, which costs the host
     #: ~0.1–0.15 ms per call on the H200 machine (measured), so shorter kernels would leave the GPU waiting.
-    #: The regrouped GEMMs on Quack are always such a call; on Triton with launch "direct" they are not, unless
-    #: their weight fold per call still is (LayerNorm's column sums of 16-bit W·γ: ``selection._host_bound``)
+    #: The regrouped GEMMs on Quack are always such a call; on Triton with launch "direct" they are not (their
+    #: weight fold per call is a direct launch too: ``kernels.weight_fold``)
     min_kernel_ms: float = 0.15
+    #: a regrouped GEMM launched directly must save at least this much GPU time per call (ms; its unfused bound
+    #: minus its time), unless Inductor runs the graph under CUDA graphs: a fused site adds launches to the step
+    #: (the fold, the statistics, the GEMM through Triton's launcher), measured +0.04–0.06 ms of host per site in
+    #: the LN tower and +0.15 ms in GPT-2-medium's layer, which a host-bound step pays. The two sites measured to
+    #: slow their blocks saved under 0.01 ms; every fused site that sped its block up saved 0.054 ms or more
+    #: (docs/decisions.md#selection_pays_its_host)
+    min_direct_saving_ms: float = 0.04
     #: the GEMM implementations a regrouped chain may run on, timed per GEMM with policy "auto" (the fastest that
     #: passes the margin wins): "triton" (the portable kernel) and "quack" (Quack's CuTe-DSL GEMM, Hopper and
     #: Blackwell, used only where quack-kernels is installed: ``pip install norm_fusion_inductor[cute]``)
@@ -153,9 +160,10 @@ class NormFusionConfig:
             _check_type(name, getattr(self, name), (int, float))
             if getattr(self, name) < 0:
                 raise ValueError(f"norm_fusion option '{name}' must be >= 0, got {getattr(self, name)}")
-        _check_type("min_kernel_ms", self.min_kernel_ms, (int, float))
-        if self.min_kernel_ms < 0:
-            raise ValueError(f"norm_fusion option 'min_kernel_ms' must be >= 0, got {self.min_kernel_ms}")
+        for name in ("min_kernel_ms", "min_direct_saving_ms"):
+            _check_type(name, getattr(self, name), (int, float))
+            if getattr(self, name) < 0:
+                raise ValueError(f"norm_fusion option '{name}' must be >= 0, got {getattr(self, name)}")
         for flag in ("log", "log_graph", "compiled_check", "cache_folded_weights", "revisit_pending"):
             _check_type(flag, getattr(self, flag), bool)
         if self.cache_dir is not None:

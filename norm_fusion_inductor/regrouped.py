@@ -41,7 +41,8 @@ from torch import Tensor
 
 from .kernels import epilogue_gemm as kernel
 from .kernels import quack_epilogue_gemm as quack_kernel
-from .kernels.common import aligned16
+from .kernels import weight_fold
+from .kernels.common import aligned16, interpret_mode, traced
 from .ops import STREAM_INPUT_TAGS
 from .report import Implementation, log
 
@@ -393,7 +394,18 @@ def fold_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], bet
     """A consumer GEMM's weight-side operands, (W', u, v): W' = W·diag(γ) (a gated pair's gate and up folded and
     interleaved), u its column sums (LayerNorm's mean correction; None unless ``need_u``), v = Wβ + b (None
     without β and bias). Depends on the weights alone: computed per call in training, kept by
-    :func:`kept_fold` between calls in inference."""
+    :func:`kept_fold` between calls in inference. Where u or Wβ is needed (LayerNorm), on the GPU (and eagerly in
+    the Triton interpreter), one ``kernels.weight_fold`` launch per weight, traced as a direct launch: the torch
+    ops take an opaque op for u and three passes over W. W·γ alone stays torch ops, one elementwise kernel
+    Inductor fuses with the gate/up interleave (as fast as the Triton pass, or faster: BENCHMARKS.md)."""
+    uses_kernel = w0.is_cuda or (interpret_mode() and not traced(w0))
+    if uses_kernel and (need_u or beta is not None):
+        return fold_with_kernel(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
+    return fold_with_torch_ops(w0, w1, gamma, beta, b0, b1, w_kn, need_u)
+
+
+def fold_with_torch_ops(w0, w1, gamma, beta, b0, b1, w_kn: bool, need_u: bool):
+    """:func:`fold_operands` in torch ops (Inductor fuses them, but for u's opaque op: ``column_sums``)."""
     pairs = [(w, b) for w, b in ((w0, b0), (w1, b1)) if w is not None]
     weights = [fold_weight(w, gamma, w_kn) for w, _ in pairs]
     biases = [fold_bias(w, beta, b, w_kn) for w, b in pairs]
@@ -407,6 +419,24 @@ def fold_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], bet
     else:
         w, v = weights[0], biases[0]
     return w, column_sums(w, w_kn) if need_u else None, v
+
+
+def fold_with_kernel(w0, w1, gamma, beta, b0, b1, w_kn: bool, need_u: bool):
+    """:func:`fold_operands` as one ``weight_fold`` launch per weight (a gated pair's halves written interleaved)."""
+    gated = w1 is not None
+    if not gated and gamma is None and beta is None and not need_u:
+        return w0, None, b0  # nothing to compute
+    K, n = w0.shape if w_kn else (w0.shape[1], w0.shape[0])
+    step = 2 if gated else 1
+    w_out = (torch.empty((K, step * n) if w_kn else (step * n, K), device=w0.device, dtype=w0.dtype)
+             if gated or gamma is not None else None)
+    u = torch.empty(step * n, device=w0.device, dtype=torch.float32) if need_u else None
+    has_v = beta is not None or (gated and (b0 is not None or b1 is not None))
+    v = torch.empty(step * n, device=w0.device, dtype=torch.float32) if has_v else None
+    for half, (w, b) in enumerate(((w0, b0), (w1, b1))[:step]):
+        weight_fold.fold(w, gamma, beta, b if has_v else None, w_kn, w_out=w_out, u=u, v=v,
+                         out_offset=half * (1 if w_kn else K), uv_offset=half, out_step=step)
+    return (w_out if w_out is not None else w0), u, (v if has_v else b0)
 
 
 # Inference: (the weights' identities) -> (the sources held, their versions, (W', u, v)). Holding the sources keeps

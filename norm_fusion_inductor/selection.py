@@ -518,7 +518,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False, head_norm: bool = True,
                          direct_launch: bool = False, backward_reads_norm: bool = False,
-                         activation_written: bool = True, op_per_step: str = "") -> Choice:
+                         activation_written: bool = True) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
     With policy "auto" on CUDA the kernel (autotuned) is timed against a lower bound of what it replaces: cuBLAS
@@ -532,10 +532,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     its graph: launch="direct", static shapes) the Triton kernel has no such cost, Inductor launches it, and it
     is taken where it passes the margin (the choice's ``plan`` is then its tuned block config).
     ``activation_written``: the unfused graph writes the activation's output (not where Inductor computes it inside
-    the kernels that read it, a GELU read only by a LayerNorm: no round trip to save). ``op_per_step``: what in
-    the fused path is still an op call per step where the kernel is launched directly (LayerNorm's column sums of
-    W·γ folded per call on 16-bit weights): min_kernel_ms then applies to the direct launch as to an op (GPT-2-
-    medium's fc GEMM, 0.125 ms, ran its host-bound layer at 0.69x default). Without the
+    the kernels that read it, a GELU read only by a LayerNorm: no round trip to save). Without the
     margin and the fold's cost, transformer-layer sites won their bounds narrowly and the layers ran slower
     (docs/decisions.md#selectionchoose_epilogue_gemm)."""
     from .kernels import epilogue_gemm as eg
@@ -580,7 +577,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     bound = t["mm_ms"] + t["saved_ms"]
     fold_ms = _fold_ms(fold_bytes, t["saved_ms"], saved)
     if t.get("decided_by_model"):
-        return _host_bound(_model_choice(site, t, fold_ms, config), t["predicted"]["triton"], op_per_step, config)
+        return _pays_its_host(_model_choice(site, t, fold_ms, config), bound - t["predicted"]["triton"] - fold_ms,
+                              config)
     timed = {name: t[f"{name}_ms"] for name in config.gemm_backends if t.get(f"{name}_ms") is not None}
     if not timed:
         return Choice(False, Implementation.UNFUSED, "no GEMM backend ran: " + "; ".join(
@@ -626,8 +624,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         if backend == "triton" or timed[backend] < config.min_kernel_ms:
             # launched by Inductor's code: no op call per step (the faster op-launched backend would be host-bound)
             note = "" if backend == "triton" else f" (not {backend}: shorter than min_kernel_ms through the op)"
-            return _host_bound(Choice(True, Implementation.REGROUPED_TRITON, f"{detail}; launched directly{note}",
-                                      dict(triton_config)), timed["triton"], op_per_step, config)
+            return _pays_its_host(Choice(True, Implementation.REGROUPED_TRITON, f"{detail}; launched directly{note}",
+                                         dict(triton_config)), bound - timed["triton"], config)
     if timed[backend] < config.min_kernel_ms and not torch._inductor.config.triton.cudagraphs:
         # the op is a Python call per GEMM: timed under a CUDA graph its host cost does not show
         why_op = ("no tuned Triton config to launch directly" if direct_launch and triton_config is None
@@ -639,14 +637,15 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
     return Choice(True, Implementation(f"regrouped_{backend}"), detail)
 
 
-def _host_bound(choice: Choice, kernel_ms: float, op_per_step: str, config: NormFusionConfig) -> Choice:
-    """A directly launched choice, unfused where the fused path still calls an op per step (``op_per_step``, what
-    it is) and the kernel is shorter than min_kernel_ms, unless CUDA graphs replay the step."""
-    if not op_per_step or kernel_ms >= config.min_kernel_ms or torch._inductor.config.triton.cudagraphs:
+def _pays_its_host(choice: Choice, saving_ms: float, config: NormFusionConfig) -> Choice:
+    """A directly launched choice, unfused where it saves less GPU time per call than ``min_direct_saving_ms``
+    (the host time its launches add to the step, which a host-bound block pays), unless CUDA graphs replay the
+    step."""
+    if saving_ms >= config.min_direct_saving_ms or torch._inductor.config.triton.cudagraphs:
         return choice
-    return Choice(False, Implementation.UNFUSED, f"{choice.reason}; but {op_per_step} is an op call per step and the "
-                                                 f"kernel is shorter than min_kernel_ms={config.min_kernel_ms}: the "
-                                                 "op's host cost would dominate")
+    return Choice(False, Implementation.UNFUSED, f"{choice.reason}; but it saves {saving_ms:.4f} ms per call, under "
+                                                 f"min_direct_saving_ms={config.min_direct_saving_ms}: the launches "
+                                                 "it adds would cost a host-bound step more")
 
 
 def _fold_ms(fold_bytes: int, saved_ms: float, saved_bytes: int) -> float:

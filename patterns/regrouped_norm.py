@@ -498,7 +498,9 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
             if why is not None:
                 return why
         folds = gamma is not None or c.scale != 1.0 or len(rw.consumers) == 2
-        passes = 2 * folds + (spec.norm == "ln") + (beta is not None)  # weight-sized passes of the operands
+        # weight-sized passes of the operands per call: one kernel reads W and writes W·γ (u and v from the same
+        # read: kernels.weight_fold), or only reads W for u and v
+        passes = 2 if folds else int(spec.norm == "ln" or beta is not None)
         sources, fold_note = _weight_sources(rw, gamma, beta, ctx) if passes else (None, "")
 
         def choose(fold_passes):
@@ -512,8 +514,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
                                         activation_written=rw.act_output is None
-                                        or not inlined_unfused(rw.act_output, fusable_reader),
-                                        op_per_step=_fold_op(spec.norm, fold_passes, x_val.dtype))
+                                        or not inlined_unfused(rw.act_output, fusable_reader))
 
         def pick(sources, fold_note):
             if sources is not None and torch._inductor.config.freezing:  # parameters are constants: Inductor
@@ -665,7 +666,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         inputs.update(head_weight=head.weight, cos=head.cos, sin=head.sin,
                       head_eps=head.eps if isinstance(head.eps, Node) else None)
     inputs.update({f"param{i:03d}": node for i, node in enumerate(sources or ())})
-    outputs = insert_traced(graph, consumer, inputs, before=first, functional=config is not None)
+    # a direct launch (the GEMM's, or on the GPU the weight fold's: kernels.weight_fold) is traced functionally
+    functional = config is not None or x.meta["val"].is_cuda
+    outputs = insert_traced(graph, consumer, inputs, before=first, functional=functional)
     replaced = rw.act_output if rw.act_output is not None else rw.pre[0]
     if head is not None:
         replaced = head.output
@@ -680,14 +683,6 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             last.append(node)
             last = node
     _erase_dead_chain(graph, replaced)  # the raw matmul, its view and the activation, if nothing else reads them
-
-
-def _fold_op(norm: str, fold_passes: int, dtype: torch.dtype) -> str:
-    """What of a per-call fold is an op call per step: LayerNorm's column sums of 16-bit W·γ
-    (``regrouped.column_sums``, opaque so that Inductor keeps the rounding); "" where none."""
-    if fold_passes and norm == "ln" and dtype in (torch.float16, torch.bfloat16):
-        return "the column sums of W·γ folded per call (LayerNorm's mean correction)"
-    return ""
 
 
 def choose_fold(choose: Callable, passes: int, sources: Optional[list], note: str) -> tuple:

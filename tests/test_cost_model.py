@@ -178,6 +178,13 @@ def test_benchmark_predicts_and_scores_synthetic_records():
         for k in ("triton", "quack") if getattr(r, f"{k}_ms") is not None and p[f"{k}_ms"] is not None)
     fast = [(r, dict(p, triton_ms=1e-6, quack_ms=p["quack_ms"] and 1e-6)) for r, p in pairs]
     assert b.screen_score(fast, margin=1.2)["screened"] == 0
+    # per site: a prediction equal to what the selection sees of each record is within 10 % at every site; one
+    # that makes the fused GEMM twice as fast as measured is within 10 % at none
+    exact = [(r, dict(p, fused_ms=r.fused_ms - r.fold_ms + p["fold_ms"])) for r, p in pairs]
+    sites = b.site_score(exact)
+    assert sites["sites"] == len({b._site(r) for r in recs}) and sites["within_10pct_selection"] == 1.0
+    halved = [(r, dict(p, fused_ms=(r.fused_ms - r.fold_ms) / 2 + p["fold_ms"])) for r, p in pairs]
+    assert b.site_score(halved)["within_10pct_selection"] == 0.0
 
 
 def test_kind_of_names_each_regrouped_epilogue():

@@ -367,7 +367,7 @@ def main() -> int:
                         for c in CONTROLS if "t_" + c in row]
             if controls:
                 print("  controls: " + ", ".join(controls), flush=True)
-            print("  compile s: " + ", ".join(f"{k[10:]} {v:.1f}" for k, v in row.items()
+            print("  compile s: " + ", ".join(f"{k[10:]} {v:.2f}" for k, v in row.items()
                                               if k.startswith("compile_s_")), flush=True)
             for key in (k for k in row if k.startswith("pass_s_")):
                 print(f"  of it, {key[7:]}'s {report.format_seconds(row[key])}", flush=True)

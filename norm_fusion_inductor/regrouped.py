@@ -351,10 +351,10 @@ def fold_weight(w: Tensor, gamma: Optional[Tensor], w_kn: bool) -> Tensor:
 
 def column_sums(w_folded: Tensor, w_kn: bool) -> Tensor:
     """u[n] = Σ_k (W·γ)[n, k] of the rounded weight the GEMM multiplies with, in fp32: the mean correction then
-    cancels the GEMM's μ term to fp32 accumulation error. 16-bit weights go through an opaque op: traced into a
-    graph (training folds per call), Inductor fuses a sum with the fold that rounds W·γ and adds the values from
-    before their rounding (it elides a 16-bit downcast inside a kernel, even through a bit-cast round trip), an
-    error of |μ|/σ times the weight's rounding."""
+    cancels the GEMM's μ term to fp32 accumulation error. The torch path (off the GPU; on it ``weight_fold``
+    sums the rounded W·γ itself) takes 16-bit weights through an opaque op: traced into a graph, Inductor fuses a
+    sum with the fold that rounds W·γ and adds the values from before their rounding (it elides a 16-bit
+    downcast inside a kernel, even through a bit-cast round trip), an error of |μ|/σ times the weight's rounding."""
     if w_folded.dtype in (torch.float16, torch.bfloat16):
         return torch.ops.norm_fusion.column_sums(w_folded, w_kn)
     return _sum_columns(w_folded, w_kn)
@@ -397,7 +397,7 @@ def fold_operands(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], bet
     :func:`kept_fold` between calls in inference. Where u or Wβ is needed (LayerNorm), on the GPU (and eagerly in
     the Triton interpreter), one ``kernels.weight_fold`` launch per weight, traced as a direct launch: the torch
     ops take an opaque op for u and three passes over W. W·γ alone stays torch ops, one elementwise kernel
-    Inductor fuses with the gate/up interleave (as fast as the Triton pass, or faster: BENCHMARKS.md)."""
+    Inductor fuses with the gate/up interleave (the Triton pass was slower at two of six shapes: BENCHMARKS.md)."""
     uses_kernel = w0.is_cuda or (interpret_mode() and not traced(w0))
     if uses_kernel and (need_u or beta is not None):
         return fold_with_kernel(w0, w1, gamma, beta, b0, b1, w_kn, need_u)

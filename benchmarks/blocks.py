@@ -171,6 +171,7 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
         step = make_step(torch.compile(model, **kwargs), inputs, train, labels, cudagraphs=graphs)
         profiler = cProfile.Profile() if args.compile_profile and cname == "norm_fusion" else None
         before = nfi.report.seconds()
+        phases_before = compile_phases() if args.compile_phases else None
         start = time.perf_counter()
         if profiler is not None:
             profiler.enable()
@@ -178,6 +179,8 @@ def run_block(name: str, spec: dict, train: bool, args) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
         row[f"compile_s_{cname}"] = time.perf_counter() - start
+        if phases_before is not None:
+            row[f"phases_{cname}"] = {k: v - phases_before.get(k, 0.0) for k, v in compile_phases().items()}
         if cname.startswith("norm_fusion"):  # of it, the plugin's pass by phase
             row[f"pass_s_{cname}"] = nfi.report.seconds_since(before)
         if profiler is not None:
@@ -273,6 +276,23 @@ def _number_option(text: str) -> tuple:
     return name, float(value)
 
 
+def compile_phases() -> dict:
+    """Seconds so far in each of Inductor's and Dynamo's timed phases (``dynamo_timed``), summed over compiles."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {k: sum(v) for k, v in compilation_time_metrics.items()}
+
+
+def print_phases(row, min_s: float = 0.05) -> None:
+    """The timed phases of each compiler's first call, side by side, those over ``min_s`` in any."""
+    names = [k[len("phases_"):] for k in row if k.startswith("phases_")]
+    keys = sorted({p for n in names for p, s in row["phases_" + n].items() if s >= min_s},
+                  key=lambda p: -max(row["phases_" + n].get(p, 0.0) for n in names))
+    print("  compile phases s: " + " / ".join(names), flush=True)
+    for p in keys:
+        print(f"    {p}: " + " / ".join(f"{row['phases_' + n].get(p, 0.0):.2f}" for n in names), flush=True)
+
+
 def compile_profile(profiler, top: int = 40) -> str:
     """Where the first compile's seconds go: the plugin's measurement and tuning, Quack's JIT, Inductor, by
     cumulative time."""
@@ -317,6 +337,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="print each compiler's per-kernel GPU time per step")
     p.add_argument("--host", action="store_true",
                    help="print each compiler's host time per step and a cProfile of the plugin's steps")
+    p.add_argument("--compile-phases", action="store_true",
+                   help="print the seconds of Inductor's timed phases in each compiler's first call")
     p.add_argument("--compile-profile", action="store_true",
                    help="print a cProfile of the plugin's first compile (where its seconds go)")
     p.add_argument("--random-embeds", action="store_true",
@@ -375,6 +397,8 @@ def main() -> int:
                 print(f"  site {'REWRITTEN' if s[0] else 'unfused'} {s[1]} {s[2]}: {s[3][:900]}", flush=True)
             if "kernels" in row:
                 print_kernels(row)
+            if any(k.startswith("phases_") for k in row):
+                print_phases(row)
             if "compile_profile" in row:
                 print(row["compile_profile"], flush=True)
             if "host_ms" in row:

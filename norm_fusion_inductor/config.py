@@ -103,7 +103,8 @@ class NormFusionConfig:
     #: Triton kernels of the close calls (sites the cost model does not call a clear win or loss: about 1-3 s
     #: each, the Triton JIT of one config) and of the post-norm sites; once spent, the sites left stay unfused in that compile and their
     #: measurements are kept pending: the next run of the pass times them (see ``revisit_pending``). The first
-    #: measured site always runs. ``float("inf")``: no bound
+    #: measured site always runs; another starts only where one as long as the last still fits the budget.
+    #: ``float("inf")``: no bound
     measure_budget_s: float = 3.0
     #: with policy "auto", whether a measurement left pending by a budget (``measure_budget_s``,
     #: ``quack_jit_budget_s``) makes Inductor's FX graph cache miss, so that the next compile runs the pass again

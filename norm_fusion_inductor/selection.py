@@ -73,21 +73,25 @@ _TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0}
 def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     """The budgets of one run of the pass over a graph (measurements outside any run, such as ``calibrate``'s,
     have none)."""
-    _QUACK_JIT.update(budget_s=float(quack_jit_s), spent_s=0.0)
-    _TRITON_MEASURE.update(budget_s=float(triton_s), spent_s=0.0)
+    _QUACK_JIT.update(budget_s=float(quack_jit_s), spent_s=0.0, last_s=0.0)
+    _TRITON_MEASURE.update(budget_s=float(triton_s), spent_s=0.0, last_s=0.0)
     try:
         yield
     finally:
-        _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0)
-        _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0)
+        _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0, last_s=0.0)
+        _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0, last_s=0.0)
 
 
 def _budget_spent(budget: dict, option: str) -> Optional[str]:
-    """Why a measurement is left to a later compile (this run's ``option`` budget is spent), or None."""
-    if budget["spent_s"] < budget["budget_s"]:
+    """Why a measurement is left to a later compile, or None: this run's ``option`` budget is spent, or another
+    measurement as long as the last one would overrun it (the budget bounds the compile, not only when the last
+    measurement starts; the run's first measurement always starts)."""
+    spent, last, limit = budget["spent_s"], budget.get("last_s", 0.0), budget["budget_s"]
+    if spent < limit and spent + last <= limit:
         return None
-    return (f"not compiled in this compile: its budget ({option}={budget['budget_s']:g}) is spent "
-            f"({budget['spent_s']:.1f} s); timed when the pass runs again (the next compile with revisit_pending)")
+    said = "is spent" if spent >= limit else f"would be overrun (the last measurement took {last:.1f} s)"
+    return (f"not compiled in this compile: its budget ({option}={limit:g}) {said} ({spent:.1f} s spent); "
+            f"timed when the pass runs again (the next compile with revisit_pending)")
 
 
 @contextlib.contextmanager
@@ -97,7 +101,8 @@ def _spending(budget: dict):
     try:
         yield
     finally:
-        budget["spent_s"] += time.perf_counter() - start
+        budget["last_s"] = time.perf_counter() - start
+        budget["spent_s"] += budget["last_s"]
 
 
 def _live_pending(entries) -> dict:

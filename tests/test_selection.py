@@ -3,6 +3,7 @@ compiled check and the disk cache, for the post-norm sites (sites.PostNormSite) 
 measurement itself needs a GPU (test_gpu.py); here it is replaced by recorded numbers."""
 
 import dataclasses
+import time
 import json
 
 import pytest
@@ -498,6 +499,23 @@ def test_timing_leaves_no_memory_allocated():
         assert graph_ms(lambda: torch.mm(a, a)) > 0
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() <= before
+
+
+def test_a_measurement_starts_only_where_one_as_long_as_the_last_fits_the_budget():
+    """measure_budget_s bounds the compile, not only when the last measurement starts: the run's first
+    measurement always starts, a later one only while the seconds spent plus the last one's fit the budget."""
+    budget = selection._TRITON_MEASURE
+    with selection.measurement_budgets(float("inf"), 3.0):
+        assert selection._budget_spent(budget, "measure_budget_s") is None
+        with selection._spending(budget):
+            time.sleep(0.05)
+        assert budget["last_s"] >= 0.05 and budget["spent_s"] == budget["last_s"]
+        budget.update(spent_s=1.9, last_s=1.0)
+        assert selection._budget_spent(budget, "measure_budget_s") is None
+        budget.update(spent_s=2.1, last_s=1.1)
+        reason = selection._budget_spent(budget, "measure_budget_s")
+        assert "measure_budget_s=3" in reason and "would be overrun" in reason and "1.1 s" in reason, reason
+    assert budget["last_s"] == 0.0 and selection._budget_spent(budget, "measure_budget_s") is None  # no run
 
 
 def test_post_norm_measurement_counts_against_the_budget(measured):

@@ -112,32 +112,9 @@ def traced(t: torch.Tensor) -> bool:
 
 
 def launcher(kernel, t: torch.Tensor):
-    """What launches ``kernel`` as ``launcher(kernel, t)[grid](*args, **meta)``: the kernel itself on real tensors
-    (on the GPU compiled with Inductor's options, ``jit_options``); wrapped by ``torch.library.wrap_triton`` while a
-    pass traces the launch into its graph, so that Inductor's generated code launches it (no Python op per call)."""
-    if traced(t):
-        return torch.library.wrap_triton(kernel)
-    return _WithOptions(kernel, jit_options(t)) if t.is_cuda else kernel
-
-
-def jit_options(t: torch.Tensor) -> dict:
-    """Compile options of a JIT launch on the GPU that match Inductor's compile of the same kernel (``debug`` as
-    its ``assert_indirect_indexing``, overflow checks off; the kernels have no device asserts, so the code is the
-    same): a kernel the pass compiled to time it and Inductor's compile of the launch it traced share one entry of
-    Triton's cache (one compile, not two)."""
-    if not t.is_cuda:
-        return {}
-    return dict(debug=bool(torch._inductor.config.assert_indirect_indexing), sanitize_overflow=False)
-
-
-class _WithOptions:
-    """``kernel[grid](*args, **meta)`` with compile options added."""
-
-    def __init__(self, kernel, options: dict):
-        self.kernel, self.options = kernel, options
-
-    def __getitem__(self, grid):
-        return lambda *args, **meta: self.kernel[grid](*args, **meta, **self.options)
+    """The kernel itself on real tensors; wrapped by ``torch.library.wrap_triton`` while a pass traces the launch
+    into its graph, so that Inductor's generated code launches it (no Python op per call)."""
+    return torch.library.wrap_triton(kernel) if traced(t) else kernel
 
 
 def unused_pointer(t: torch.Tensor) -> torch.Tensor:

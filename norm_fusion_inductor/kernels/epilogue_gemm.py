@@ -56,8 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import aligned16, ensure_allocator, fastest_config, interpret_mode, jit_options, launcher, m_bucket
-from .common import traced
+from .common import aligned16, ensure_allocator, fastest_config, interpret_mode, launcher, m_bucket, traced
 from .common import unused_pointer
 from .common import num_sms as _num_sms  # a module name tests can stand in for (no GPU to ask)
 from .common import tile_coords
@@ -679,6 +678,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         dot_precision = "tf32"
     device = torch.device("cuda") if a.is_cuda else a.device  # the kind of device the kernel compiles for
     dummy = unused_pointer(a)  # never touched: the flags that would read it are off
+    kernel = launcher(epilogue_gemm_kernel, a)
     if post_norm is not None:
         gamma = post_norm.weight
     eps = head_norm.eps if head_norm is not None else post_norm.eps if post_norm is not None else 0.0
@@ -718,12 +718,11 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         NUM_SMS=programs, **cfg,
     )
     if compile_only:
-        epilogue_gemm_kernel.warmup(*args, grid=grid, **meta, **jit_options(a))
+        kernel.warmup(*args, grid=grid, **meta)
     elif a.is_cuda and not traced(a):  # the JIT binds and specializes ~40 arguments once per launch key, not per call
-        _cached_launch(epilogue_gemm_kernel, lambda: grid, args, dict(meta, **jit_options(a)), a.device,
-                       key_extra=grid)
+        _cached_launch(kernel, lambda: grid, args, meta, a.device, key_extra=grid)
     else:
-        launcher(epilogue_gemm_kernel, a)[grid](*args, **meta)
+        kernel[grid](*args, **meta)
 
 
 def fast_sigmoid(dtype: torch.dtype, device: torch.device) -> bool:

@@ -303,11 +303,20 @@ def compile_profile(profiler, top: int = 40) -> str:
     return text.getvalue()
 
 
-def warm_process() -> None:
-    """One compile of a function no block shares a kernel with (a cumulative product), run once."""
+def warm_process(ready_workers: bool = False) -> None:
+    """One compile of a function no block shares a kernel with (a cumulative product), run once; with
+    ``ready_workers``, then wait until Inductor's compile workers are up (otherwise a short compile right after
+    may still compile its kernels on the main thread)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.compile(lambda x: torch.cumprod(x.cos(), dim=0).amax())(torch.rand(37, 3, device=device))
     torch._dynamo.reset()
+    if ready_workers:
+        from torch._inductor.async_compile import AsyncCompile
+
+        wait = getattr(AsyncCompile, "wait_pool_ready", None)
+        if wait is None:
+            raise SystemExit("--ready-workers: this torch has no AsyncCompile.wait_pool_ready")
+        wait()
 
 
 def best_of(row: dict) -> float:
@@ -347,14 +356,17 @@ def main() -> int:
     p.add_argument("--warm-process", action="store_true",
                    help="compile and run an unrelated function first, so that the process's one-time costs "
                         "(Inductor's compile workers, imports) fall on neither compiler's first compile")
+    p.add_argument("--ready-workers", action="store_true",
+                   help="--warm-process, then wait until Inductor's compile workers are ready: both compilers "
+                        "compile their kernels in the workers (without it, a first compile may use the main thread)")
     p.add_argument("--tuning", nargs="*", default=[], metavar="FIELD=0|1",
                    help="kernel tuning fields changed for the whole run (norm_fusion_inductor.kernels.tuning)")
     args = p.parse_args()
     from norm_fusion_inductor import report
 
     blocks = SMOKE if args.smoke else BLOCKS
-    if args.warm_process:
-        warm_process()
+    if args.warm_process or args.ready_workers:
+        warm_process(args.ready_workers)
     if args.tuning:
         from norm_fusion_inductor.kernels import tuning
 

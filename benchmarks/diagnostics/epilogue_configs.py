@@ -5,7 +5,7 @@ config's output is checked against the first config's (max |Δ| / max |out|).
 
     python benchmarks/diagnostics/epilogue_configs.py [MxKxN:epilogue ...] [--rounds 3]
     python benchmarks/diagnostics/epilogue_configs.py --pieces [MxKxN ...] [--variant FIELD ...] [--only PIECE ...]
-    python benchmarks/diagnostics/epilogue_configs.py --grid [--sites kind:MxKxN[:activation] ...] [--json out.json]
+    python benchmarks/diagnostics/epilogue_configs.py --grid [--sites kind:MxKxN[:activation][:field=value] ...] [--json out.json]
 
 Epilogues as in ``benchmarks/epilogue_gemm.py``. ``--pieces``: instead, what each epilogue piece costs at a shape —
 the tuned kernel with one piece added at a time (row scale, LayerNorm's mean correction, bias, each activation;
@@ -138,6 +138,24 @@ def label_of(cfg: dict) -> str:
             f"{' flat' if cfg['FLATTEN'] else ''}{' WS' if cfg['WARP_SPECIALIZE'] else ''} x{cfg['CTAS_PER_SM']}")
 
 
+SITE_FIELDS = {"head_dim": int, "rope": lambda v: bool(int(v)), "head_norm": lambda v: bool(int(v))}
+
+
+def parse_site(spec: str) -> tuple:
+    """(kind, M, K, N, [activation], fields) of "kind:MxKxN[:activation][:field=value ...]"; the fields
+    (``SITE_FIELDS``) change the selection's site, e.g. "per_head:16384x4096x4096:rope=1:head_norm=0" (a q
+    projection with RoPE alone) or ":head_dim=256"."""
+    kind, shape, *rest = spec.split(":")
+    M, K, N = (int(v) for v in shape.split("x"))
+    fields = {}
+    for part in (p for p in rest if "=" in p):
+        name, value = part.split("=", 1)
+        if name not in SITE_FIELDS:
+            raise SystemExit(f"--sites {spec}: unknown field {name!r} (one of {sorted(SITE_FIELDS)})")
+        fields[name] = SITE_FIELDS[name](value)
+    return kind, M, K, N, [p for p in rest if "=" not in p], fields
+
+
 def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
     """Each config of each grid site (or of the ``only`` sites, "kind:MxKxN[:activation]"), GPU ms by CUDA-graph
     replay, interleaved over ``rounds``."""
@@ -148,16 +166,15 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
 
     device = torch.device("cuda", torch.cuda.current_device())
     sites = []
-    chosen = TOWER_SITES
+    chosen = [(kind, M, K, N, act, {}) for kind, M, K, N, *act in TOWER_SITES]
     if only:
-        chosen = [(kind, *(int(v) for v in shape.split("x")), *act) for kind, shape, *act in
-                  (spec.split(":") for spec in only)]
-    for kind, M, K, N, *act in chosen:
+        chosen = [parse_site(spec) for spec in only]
+    for kind, M, K, N, act, fields in chosen:
         g = calibrate.GridSite(kind if kind != "consumer_ln_gelu" else "activation", M, K, N, *act)
         site = calibrate.epilogue_site(g, device)
         if kind == "consumer_ln_gelu":
             site = dataclasses.replace(site, row_norm="ln")
-        sites.append((kind, site))
+        sites.append((kind, dataclasses.replace(site, **fields)))
     if not only:
         sites += [(g.kind, calibrate.epilogue_site(g, device)) for g in calibrate.SITES]
     rows = []
@@ -181,12 +198,15 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
         fns["cublas"] = lambda: torch.mm(a, wt)
         t = interleaved_medians(fns, rounds, graph_ms)
         best = min(v for k, v in t.items() if k != "cublas")
-        name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}"
+        head = (f" head_dim {site.head_dim}{' rope' if site.rope else ''}{'' if site.head_norm else ' no-norm'}"
+                if site.head_dim else "")
+        name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}{head}"
         print(f"\n{name}: ms (/ best config), cuBLAS {t['cublas']:.4f}; {len(fns) - 1} configs compiled one by one "
               f"in {compile_s:.1f} s", flush=True)
         for label, ms in sorted(((k, v) for k, v in t.items() if k != "cublas"), key=lambda kv: kv[1]):
             print(f"  {label:34s} {ms:.4f} ({ms / best:.3f})")
         rows.append(dict(kind=kind, M=site.M, K=site.K, N=site.N, activation=site.activation, aux=site.write_aux,
+                         head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
                          cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
         fns.clear()
         torch.cuda.empty_cache()
@@ -205,8 +225,9 @@ def main() -> int:
     p.add_argument("--only", nargs="+", default=[], choices=sorted(PIECES), help="with --pieces: these pieces alone")
     p.add_argument("--grid", action="store_true", help="every config at the calibration grid's sites")
     p.add_argument("--json", help="with --grid: the times as JSON")
-    p.add_argument("--sites", nargs="+", help="with --grid: these sites (kind:MxKxN[:activation], kind as "
-                                              "calibrate.GridSite's or consumer_ln_gelu) instead of the grid's")
+    p.add_argument("--sites", nargs="+", help="with --grid: these sites (kind:MxKxN[:activation][:field=value], kind "
+                                              "as calibrate.GridSite's or consumer_ln_gelu; fields head_dim, rope, "
+                                              "head_norm) instead of the grid's")
     args = p.parse_args()
     if args.grid:
         grid(args.rounds, args.json, args.sites)

@@ -67,8 +67,8 @@ PENDING_TTL_S = 3600.0
 # the budgets of the pass's current run over a graph and the seconds spent of each: Quack's JIT
 # (NormFusionConfig.quack_jit_budget_s) and the Triton kernels' compiles and timings of the close calls
 # (measure_budget_s); none outside a run (a direct call of the selection)
-_QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0}
-_TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0}
+_QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0, "last_s": 0.0}
+_TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0, "last_s": 0.0}
 @contextlib.contextmanager
 def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     """The budgets of one run of the pass over a graph (measurements outside any run, such as ``calibrate``'s,
@@ -86,7 +86,7 @@ def _budget_spent(budget: dict, option: str) -> Optional[str]:
     """Why a measurement is left to a later compile, or None: this run's ``option`` budget is spent, or another
     measurement as long as the last one would overrun it (the budget bounds the compile, not only when the last
     measurement starts; the run's first measurement always starts)."""
-    spent, last, limit = budget["spent_s"], budget.get("last_s", 0.0), budget["budget_s"]
+    spent, last, limit = budget["spent_s"], budget["last_s"], budget["budget_s"]
     if spent < limit and spent + last <= limit:
         return None
     said = "is spent" if spent >= limit else f"would be overrun (the last measurement took {last:.1f} s)"

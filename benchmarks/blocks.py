@@ -298,8 +298,9 @@ def compile_profile(profiler, top: int = 40) -> str:
     cumulative time."""
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
+    # triton_kernel_wrap: Inductor's analysis of each user-defined launch (it generates the kernel's TTIR)
     stats.print_stats("norm_fusion_inductor|quack|cutlass|subprocess|do_bench|compile_fx|async_compile|"
-                      "triton/compiler|autotune", top)
+                      "triton/compiler|autotune|triton_kernel_wrap", top)
     return text.getvalue()
 
 

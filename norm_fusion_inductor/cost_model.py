@@ -85,7 +85,6 @@ KINDS = ("consumer_rms", "consumer_ln", "activation", "gated", "per_head", "prod
 # the kinds Quack's epilogue GEMM takes (quack_epilogue_gemm.unsupported_reason): not LayerNorm statistics in the
 # producer, not a per-head norm
 QUACK_KINDS = ("consumer_rms", "consumer_ln", "activation", "gated", "producer_rms")
-BACKENDS = ("mm", "triton", "quack")
 
 # epilogue traffic per output element, in units of M·N·e (see the module docstring)
 EPILOGUE_PASSES = {"consumer_rms": 1.0, "consumer_ln": 1.0, "activation": 1.0, "per_head": 1.0, "gated": 0.5,

@@ -23,6 +23,7 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
+    _warm_compile_workers()
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"norm_fusion backend: options must be a dict, got {type(options).__name__}")
     options = dict(options or {})
@@ -42,6 +43,17 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
                 report.enable_logging()
             report.replay_graph_sites(config.cache_root, key, passes.new_graph_id(), config.logging_enabled)
     return compiled
+
+
+def _warm_compile_workers() -> None:
+    """Start Inductor's compile workers now, as its own ``inductor`` backend does before tracing: the pool takes
+    seconds to come up, and until it is ready Inductor compiles each kernel on the main thread, one after
+    another. Calling ``compile_fx`` directly skips that warm-up. Honours ``TORCH_WARM_POOL=0``."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:  # a torch without it: the pool starts at the first kernel, as before
+        return
+    maybe_warm_pool()
 
 
 def _records_key(gm, example_inputs, patches) -> Optional[str]:

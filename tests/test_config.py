@@ -135,6 +135,22 @@ def test_backend_mode_and_user_pass_in_options():
     torch._dynamo.reset()
 
 
+def test_backend_starts_inductors_compile_workers_before_compiling(monkeypatch):
+    """As Inductor's own backend does: the workers take seconds to come up, and until then Inductor compiles
+    every kernel on the main thread. The warm-up must come before the graph reaches Inductor."""
+    from torch._inductor import async_compile, compile_fx
+
+    events = []
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", lambda: events.append("warm"))
+    real = compile_fx.compile_fx
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda *a, **k: events.append("compile") or real(*a, **k))
+    torch._dynamo.reset()
+    model, x = small_model(), torch.randn(4, 32)
+    assert rel_err(torch.compile(model, backend="norm_fusion")(x), model(x)) < 1e-5
+    assert events[:2] == ["warm", "compile"]
+    torch._dynamo.reset()
+
+
 def test_inductor_options_compose_with_existing_pass():
     user_pass = Recorder()
     with torch._inductor.config.patch(joint_custom_post_pass=user_pass):

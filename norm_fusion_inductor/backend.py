@@ -23,7 +23,6 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
-    _warm_compile_workers()
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"norm_fusion backend: options must be a dict, got {type(options).__name__}")
     options = dict(options or {})
@@ -31,6 +30,7 @@ def norm_fusion_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: Optio
     patches: dict[str, Any] = dict(list_mode_options(mode)) if mode else {}
     patches.update(options)
     patches = install(config, patches)
+    _warm_compile_workers()  # once the configuration is known good
     # a graph served from Inductor's caches skips the joint pass: its site records are kept and replayed
     key = _records_key(gm, example_inputs, patches)
     runs, count = passes.joint_runs(), report.recorded_count()

@@ -67,19 +67,26 @@ PENDING_TTL_S = 3600.0
 # the budgets of the pass's current run over a graph and the seconds spent of each: Quack's JIT
 # (NormFusionConfig.quack_jit_budget_s) and the Triton kernels' compiles and timings of the close calls
 # (measure_budget_s); none outside a run (a direct call of the selection)
-_QUACK_JIT = {"budget_s": float("inf"), "spent_s": 0.0, "last_s": 0.0}
-_TRITON_MEASURE = {"budget_s": float("inf"), "spent_s": 0.0, "last_s": 0.0}
+def _fresh_budget(limit_s: float = float("inf")) -> dict:
+    """A budget of ``limit_s`` seconds with nothing spent (``last_s``: the last measurement's seconds)."""
+    return {"budget_s": float(limit_s), "spent_s": 0.0, "last_s": 0.0}
+
+
+_QUACK_JIT = _fresh_budget()
+_TRITON_MEASURE = _fresh_budget()
+
+
 @contextlib.contextmanager
 def measurement_budgets(quack_jit_s: float, triton_s: float = float("inf")):
     """The budgets of one run of the pass over a graph (measurements outside any run, such as ``calibrate``'s,
     have none)."""
-    _QUACK_JIT.update(budget_s=float(quack_jit_s), spent_s=0.0, last_s=0.0)
-    _TRITON_MEASURE.update(budget_s=float(triton_s), spent_s=0.0, last_s=0.0)
+    _QUACK_JIT.update(_fresh_budget(quack_jit_s))
+    _TRITON_MEASURE.update(_fresh_budget(triton_s))
     try:
         yield
     finally:
-        _QUACK_JIT.update(budget_s=float("inf"), spent_s=0.0, last_s=0.0)
-        _TRITON_MEASURE.update(budget_s=float("inf"), spent_s=0.0, last_s=0.0)
+        _QUACK_JIT.update(_fresh_budget())
+        _TRITON_MEASURE.update(_fresh_budget())
 
 
 def _budget_spent(budget: dict, option: str) -> Optional[str]:

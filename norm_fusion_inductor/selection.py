@@ -893,15 +893,17 @@ def _decided_by_model(site: EpilogueSite, screen: Screen, predicted: dict, bound
     """The Triton config to launch without compiling or timing anything, where the cost model calls the site a
     clear win: its predicted GPU time (plus the weight fold) times ``win_margin`` still beats the measured bound
     by min_speedup. Only where the pass launches the kernel directly (no op call to price), the kernel would run
-    its untuned default config anyway (``epilogue_gemm.default_config``: a large grid) and Quack, where asked for
-    and installed, could not beat the prediction by ``margin`` either (it would be timed). None: measure. Of the
-    276 logged sites (benchmarks/cost_model.py), none of the grid size the default config takes that the model,
-    fitted without its shape, called a clear win this way had measured short of the bound
-    (docs/decisions.md#selection_decided_by_model)."""
+    its untuned default config anyway (``epilogue_gemm.default_config``: a large grid; not RoPE's tile, which was
+    never timed) and Quack, where asked for and installed, could not beat the prediction by ``margin`` either (it
+    would be timed). None: measure. Of the 276 logged sites (benchmarks/cost_model.py), none of the grid size the
+    default config takes that the model, fitted without its shape, called a clear win this way had measured short
+    of the bound (docs/decisions.md#selection_decided_by_model)."""
     from .kernels import epilogue_gemm as eg
     from .kernels import quack_epilogue_gemm as qg
 
     if not (screen.win_margin and screen.direct_launch and "triton" in screen.backends and "triton" in predicted):
+        return None
+    if site.rope:  # RoPE's default tile was chosen by its fit (shared memory, registers), never timed on the grid
         return None
     price = predicted["triton"] + _fold_ms(site.fold_bytes, saved_ms, site.saved_bytes)
     if price * screen.win_margin * screen.min_speedup >= bound:

@@ -366,6 +366,19 @@ def test_cost_model_decides_a_clear_win_without_compiling(monkeypatch, tmp_path,
         assert "decided without compiling it" in choice.reason and "128x256x64" in choice.reason
 
 
+def test_a_rope_gemm_is_never_a_clear_win(monkeypatch):
+    """RoPE's default tile was chosen by its fit, not timed: a q/k projection with RoPE that the model predicts
+    to win clearly (0.5 ms against a 1.0 ms bound) is still compiled and timed."""
+    screen = selection.Screen(margin=1.2, win_margin=1.2, host_priced=False, direct_launch=True)
+    for rope in (False, True):  # the same site without RoPE is a clear win
+        _fake_timings(monkeypatch, dict(mm=0.6, saved=0.4, triton=0.75, quack=0.7), 0.0, dict(triton=0.5))
+        monkeypatch.setattr(eg, "default_config", lambda a, epilogue, N: dict(DEFAULT_TILE_CONFIG))
+        monkeypatch.setattr(qg, "missing_reason", lambda: "quack-kernels is not importable")
+        site = dataclasses.replace(SCREEN_SITE, head_dim=16, rope=rope)
+        times = selection._measure_epilogue(site, screen)
+        assert bool(times.get("decided_by_model")) is not rope and ("triton_ms" in times) is rope, times
+
+
 def test_weight_fold_counts_in_a_clear_win(monkeypatch):
     """The per-call weight fold is part of the fused price the model judges: 0.7 ms predicted plus a fold priced
     at the copy's rate (0.4 ms for 4096 bytes: 0.1 ms for 1024) is no longer a clear win."""
@@ -380,8 +393,8 @@ def test_weight_fold_counts_in_a_clear_win(monkeypatch):
 
 def test_default_config_applies_to_large_16_bit_grids():
     """The untuned config (``epilogue_gemm.default_config``): 128x256x64, 3 stages, 8 warps, the flattened loop
-    except for the statistics epilogues; none for small grids (under DEFAULT_TILE_MIN_WAVES waves of 132 SMs),
-    fp32, the post-norm's whole rows, the norm's backward, RoPE, a residual normalized on load and head_dim 256."""
+    except for the statistics epilogues and RoPE; none for small grids (under DEFAULT_TILE_MIN_WAVES waves of 132
+    SMs), fp32, the post-norm's whole rows, the norm's backward, a residual normalized on load and head_dim 256."""
 
     class CudaOperand:  # what default_config reads of a: no GPU here
         is_cuda, device = True, torch.device("cuda", 0)
@@ -408,7 +421,9 @@ def test_default_config_applies_to_large_16_bit_grids():
         assert eg.default_config(big, eg.Epilogue(post_norm="rms"), 256) is None
         assert eg.default_config(big, eg.Epilogue(head_dim=256), 2048) is None
         assert eg.default_config(big, eg.Epilogue(head_dim=128), 2048) is not None
-        assert eg.default_config(big, eg.Epilogue(head_dim=128, rope=True), 2048) is None
+        rope = eg.default_config(big, eg.Epilogue(head_dim=128, rope=True), 2048)  # the plain loop: it fits
+        assert {k: rope[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and not rope["FLATTEN"]
+        assert eg.default_config(big, eg.Epilogue(head_dim=256, rope=True), 2048) is None
         assert eg.default_config(big, eg.Epilogue(residual=True, stats="rms", residual_norm="rms"), 1024) is None
     finally:
         eg._num_sms = original

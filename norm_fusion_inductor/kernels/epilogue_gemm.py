@@ -747,17 +747,19 @@ DEFAULT_TILE_MIN_WAVES = 1.9
 def default_config(a: torch.Tensor, epilogue: Epilogue, N: int) -> dict | None:
     """The config this GEMM runs without tuning (``DEFAULT_TILE``), or None where it is tuned: a grid under
     ``DEFAULT_TILE_MIN_WAVES`` waves, or an epilogue the grid did not measure — fp32, a post-norm's whole rows,
-    the norm's backward, a residual normalized on load, RoPE (its tables need more shared memory than the
-    H200 has at this tile: 245784 of 232448 bytes with the per-head norm at head_dim 128) or head_dim over 128
-    (256-wide tiles spill)."""
+    the norm's backward, a residual normalized on load or head_dim over 128 (256-wide tiles spill). The tile
+    runs the flattened loop except where it writes statistics or applies RoPE: RoPE's tables with the
+    flattened loop need more shared memory than the H200 has (245784 of 232448 bytes at head_dim 128), the
+    plain loop 213016 bytes and no spills, where the other configs that fit spill or were slower at the
+    per-head grid sites (docs/decisions.md#epilogue_gemmdefault_tile)."""
     if not a.is_cuda or a.element_size() != 2 or epilogue.post_norm != "none" or epilogue.norm_backward != "none":
         return None
-    if epilogue.residual_norm != "none" or epilogue.rope or epilogue.head_dim > 128:
+    if epilogue.residual_norm != "none" or epilogue.head_dim > 128:
         return None
     tiles = triton.cdiv(a.shape[0], DEFAULT_TILE["BLOCK_M"]) * triton.cdiv(N, DEFAULT_TILE["BLOCK_N"])
     if tiles < DEFAULT_TILE_MIN_WAVES * _num_sms(a.device.index or 0):
         return None
-    flatten = epilogue.stats == "none"
+    flatten = epilogue.stats == "none" and not epilogue.rope
     return next((c for c in _configs(a, epilogue, N) if c["FLATTEN"] == flatten
                  and all(c[k] == v for k, v in DEFAULT_TILE.items())), None)
 

@@ -51,6 +51,17 @@ def _gemma3(t, hidden, layers):
                     head_dim=hidden // 4, sliding_window=8)
 
 
+def _gemma4(t, hidden, layers):
+    """Gemma 3's sandwich norms and per-head q/k norms, RMSNorm written with ``torch.pow(·, -0.5)`` and a plain
+    weight; RoPE applied before the heads' transpose; a per-head value norm without weight; per-layer inputs
+    (their own projection and norm); sliding-window and full-attention layers alternating, the full ones with wider
+    heads."""
+    types = ["sliding_attention", "full_attention"] * layers
+    return _decoder(t.Gemma4ForCausalLM, t.Gemma4TextConfig, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, global_head_dim=hidden // 2, sliding_window=8, layer_types=types[:layers],
+                    vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=hidden // 4)
+
+
 def _olmo2(t, hidden, layers):
     """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
     return _decoder(t.Olmo2ForCausalLM, t.Olmo2Config, hidden, layers, num_key_value_heads=2, pad_token_id=0,
@@ -95,8 +106,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2,
-                                 "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5,
+                                 "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:
@@ -104,7 +115,11 @@ def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torc
     ``config`` overrides entries of the small config (e.g. ``intermediate_size``, ``max_position_embeddings``)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
-    model_class, config_class, defaults = FAMILIES[family](_transformers(), hidden, layers)
+    t = _transformers()
+    try:
+        model_class, config_class, defaults = FAMILIES[family](t, hidden, layers)
+    except AttributeError as e:  # a family newer than the installed transformers
+        raise ValueError(f"transformers {t.__version__} has no {family} model ({e})") from e
     return model_class(config_class(**{**defaults, **config})).eval()
 
 

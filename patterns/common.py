@@ -500,11 +500,17 @@ def _operand_rejection(x_val, consumers) -> Optional[str]:
     return None
 
 
+def is_rsqrt(node: Node) -> bool:
+    """Whether ``node`` is a reciprocal square root: aten.rsqrt, or pow(·, -0.5) as Gemma 4's RMSNorm writes it
+    (``torch.pow(mean + eps, -0.5)``)."""
+    return node.target == aten.rsqrt.default or (node.target == aten.pow.Tensor_Scalar and node.args[1] == -0.5)
+
+
 def _eps(match: pm.Match):
     """eps as the graph holds it: what is added to the variance (or mean square) under the rsqrt; a graph input
     (0-d tensor) under dynamic shapes, which the op's tensor-eps twin takes."""
     for node in match.nodes:
-        if node.target == aten.rsqrt.default:
+        if is_rsqrt(node):
             added = node.args[0]
             if getattr(added, "target", None) in (aten.add.Tensor, aten.add.Scalar):
                 eps = added.args[1]
@@ -522,7 +528,8 @@ def is_row_mean(node: Node) -> bool:
 
 def _stat_readers(match: pm.Match, stats: dict) -> dict:
     """{output index: [(reader, node)]} for every reader of a statistic outside the matched norm (``stats``:
-    keyed by node target, ("var_mean", output) for var_mean's outputs, "mean" for a written-out row mean)."""
+    keyed by node target, ("var_mean", output) for var_mean's outputs, "mean" for a written-out row mean;
+    aten.rsqrt.default for either form of the rsqrt, ``is_rsqrt``)."""
     nodes = set(match.nodes)
     readers: dict = {}
     for node in match.nodes:
@@ -530,6 +537,8 @@ def _stat_readers(match: pm.Match, stats: dict) -> dict:
             index = stats.get(("var_mean", node.args[1]))  # var_mean's outputs: (var, mean)
         elif node.target == aten.mean.dim and is_row_mean(node):
             index = stats.get("mean")
+        elif is_rsqrt(node):
+            index = stats.get(aten.rsqrt.default)
         else:
             index = stats.get(node.target)
         if index is not None:
@@ -568,8 +577,16 @@ def _norm_input(rsqrt: Node) -> Optional[tuple[str, Node]]:
 
 def _fed(rsqrt: Node, backward: set) -> tuple[str, set, list]:
     """What the normalized tensor reaches through pointwise and view ops: "attention", "matmul" or "other", the
-    names of the ops it stops at, and (for a matmul) the nodes on the way to it."""
+    names of the ops it stops at, and (for attention or a matmul) the nodes on the way to it, from ``rsqrt``."""
     seen, stack, stops, parent = set(), [rsqrt], set(), {}
+
+    def path_to(n):
+        path = [n]
+        while n in parent:
+            n = parent[n]
+            path.append(n)
+        return path[::-1]
+
     while stack:
         node = stack.pop()
         for user in node.users:
@@ -579,13 +596,9 @@ def _fed(rsqrt: Node, backward: set) -> tuple[str, set, list]:
             parent[user] = node
             name = str(user.target)
             if any(a in name for a in ATTENTION_NAMES):
-                return "attention", {name}, []
+                return "attention", {name}, path_to(user)
             if user.target in (aten.mm.default, aten.addmm.default, aten.bmm.default):
-                path, n = [], user
-                while n in parent:
-                    path.append(n)
-                    n = parent[n]
-                return "matmul", {name}, path[::-1]
+                return "matmul", {name}, path_to(user)[1:]
             if user.target in _THROUGH or user.target == operator.getitem:
                 stack.append(user)
             else:
@@ -635,14 +648,18 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
     feeding attention (QK-norm) that the regrouped family left, and norms with no matmul or attention next to
     them."""
     for node in graph.nodes:
-        if node.target != aten.rsqrt.default or node in ctx.covered or node in ctx.backward:
+        if not is_rsqrt(node) or node in ctx.covered or node in ctx.backward:
             continue
         found = _norm_input(node)
         if found is None:
             continue
         norm, x = found
         fed, stops, path = _fed(node, ctx.backward)
-        if fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
+        if fed == "attention" and x.meta["val"].dim() >= 4 and path[-1].args[2:3] == (path[-2],):
+            site = ctx.site("qk_norm", norm, node)  # attention's (q, k, v, ...): a per-head norm of v
+            reason = ("feeds attention as its values: a per-head norm of v, which no family fuses (the q/k "
+                      "projections' epilogue takes the per-head norms of q and k)")
+        elif fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
             reason = ("feeds attention: a per-head q/k norm (QK-norm); "
                       + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1])))

@@ -54,6 +54,20 @@ def olmo2(x, weight, eps):
     return (weight * h).to(dtype)
 
 
+def gemma4(x, weight, eps):
+    """transformers' Gemma4RMSNorm: ``torch.pow(mean + eps, -0.5)`` for the rsqrt, the weight upcast and applied
+    in fp32, then the downcast."""
+    h = x.float()
+    h = h * torch.pow(h.pow(2).mean(-1, keepdim=True) + eps, -0.5)
+    return (h * weight.float()).type_as(x)
+
+
+def gemma4_no_weight(x, eps):
+    """Gemma4RMSNorm(with_scale=False) (Gemma 4's value norm)."""
+    h = x.float()
+    return (h * torch.pow(h.pow(2).mean(-1, keepdim=True) + eps, -0.5)).type_as(x)
+
+
 def torch_rms_norm(x, weight, eps):
     """F.rms_norm / nn.RMSNorm."""
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
@@ -70,6 +84,8 @@ RMS_FORMS = {
     "t5": (t5, ("input",)),
     "gemma": (gemma, (torch.float32,)),
     "olmo2": (olmo2, ("input",)),
+    "gemma4": (gemma4, ("input",)),
+    "gemma4_no_weight": (gemma4_no_weight, ()),
     "torch_rms_norm": (torch_rms_norm, ("input",)),
     "torch_rms_norm_no_weight": (torch_rms_norm_no_weight, ()),
 }

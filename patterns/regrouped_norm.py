@@ -44,7 +44,7 @@ from norm_fusion_inductor import regrouped  # registers torch.ops.norm_fusion.ep
 from norm_fusion_inductor.report import Implementation
 
 from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
-                     backward_reads_normed, cached_pattern, is_row_mean, size_hint, traced_norm_forms)
+                     backward_reads_normed, cached_pattern, is_row_mean, is_rsqrt, size_hint, traced_norm_forms)
 from .norm_forms import ACTIVATION_FORMS, GATED_FORMS, RMS_FORMS
 
 FUSION = "regrouped_norm"
@@ -229,57 +229,71 @@ def _is_head_transpose(node: Node) -> bool:
 
 
 def _with_rope(head: HeadNorm) -> None:
-    """Extend ``head`` over ``x·cos + rotate_half(x)·sin`` (cos, sin [B|1, L, D] unsqueezed at dim 1, or [L, D]) of
-    its [B, H, L, D] output (after ``.transpose(1, 2)`` where the norm came before it), as transformers writes it."""
+    """Extend ``head`` over ``x·cos + rotate_half(x)·sin`` as transformers writes it: on the [B, H, L, D] output
+    (after ``.transpose(1, 2)`` where the norm came before it) with cos, sin [B|1, L, D] unsqueezed at dim 1 or
+    [L, D]; or, where the norm came before the transpose, on its [B, L, H, D] output with the tables unsqueezed at
+    dim 2 (Gemma 4: ``apply_rotary_pos_emb(q, cos, sin, unsqueeze_dim=2)``, then the transpose)."""
     normed = head.output
     if head.transposed:
-        t, extra = normed, ()
+        candidates = [(normed, (), 1)]
     else:
         users = list(normed.users)
-        if len(users) != 1 or not _is_head_transpose(users[0]):
+        candidates = [(users[0], (users[0],), 1)] if len(users) == 1 and _is_head_transpose(users[0]) else []
+        candidates.append((normed, (), 2))
+    for t, extra, table_dim in candidates:
+        found = _rope_of(t, head, table_dim)
+        if found is not None:
+            out, nodes, tables = found
+            head.cos, head.sin = tables
+            head.nodes = head.nodes | {*extra, *nodes}
+            head.output = out
+            head.transposed = table_dim == 1
             return
-        t, extra = users[0], (users[0],)
+
+
+def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
+    """(output, nodes, (cos, sin)) of the rotate-half RoPE of ``t`` (``head``'s [B, H, L, D] output for
+    ``table_dim`` 1, its [B, L, H, D] one for 2, the dim its tables are unsqueezed at), or None."""
     D = head.head_dim
     halves = _rotate_half_halves(t, D // 2)
     muls = [u for u in t.users if u.target == aten.mul.Tensor]
     if halves is None or len(muls) != 1:
-        return
+        return None
     first, second, split_nodes = halves
     neg = next(iter(second.users), None)
     if len(second.users) != 1 or neg.target != aten.neg.default or len(neg.users) != 1:
-        return
+        return None
     cat = next(iter(neg.users))
     if cat.target != aten.cat.default or list(cat.args[0]) != [neg, first] or cat.args[1:] not in ((-1,), (3,)):
-        return
+        return None
     if len(first.users) != 1 or len(cat.users) != 1:
-        return
+        return None
     mul_sin, mul_cos = next(iter(cat.users)), muls[0]
     if mul_sin.target != aten.mul.Tensor or len(mul_sin.users) != 1 or len(mul_cos.users) != 1:
-        return
+        return None
     out = next(iter(mul_sin.users))
     if out.target != aten.add.Tensor or set(out.args) != {mul_cos, mul_sin} or out is not next(iter(mul_cos.users)):
-        return
+        return None
     cos_u = next((a for a in mul_cos.args if a is not t), None)
     sin_u = next((a for a in mul_sin.args if a is not cat), None)
     tables = []
     B, L = head.view.meta["val"].shape[:2]
     for u in (cos_u, sin_u):
         if not isinstance(u, Node):
-            return
-        # transformers': [B|1, L, D] unsqueezed at dim 1; or a table that broadcasts over heads as it is, [L, D]
-        # or [1, L, D] (the consumer expands either to [B, L, D])
-        unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == 1
+            return None
+        # [B|1, L, D] unsqueezed at table_dim; or, on [B, H, L, D], a table that broadcasts over heads as it is,
+        # [L, D] or [1, L, D] (the consumer expands either to [B, L, D])
+        unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == table_dim
         table = u.args[0] if unsqueezed else u
         tshape = table.meta["val"].shape
+        if table_dim == 2 and not unsqueezed:
+            return None
         batch_ok = (_same_size(tshape[0], 1) or unsqueezed and _same_size(tshape[0], B)) if len(tshape) == 3 else \
             len(tshape) == 2 and not unsqueezed
         if not batch_ok or not _same_size(tshape[-2], L) or tshape[-1] != D:
-            return
+            return None
         tables.append(table)
-    head.cos, head.sin = tables
-    head.nodes = head.nodes | {*extra, *split_nodes, neg, cat, mul_sin, mul_cos, out}
-    head.output = out
-    head.transposed = True
+    return out, {*split_nodes, neg, cat, mul_sin, mul_cos, out}, tables
 
 
 def _rotate_half_halves(t: Node, half: int) -> Optional[tuple]:
@@ -376,7 +390,7 @@ class _Rewrite:
 def _stat_nodes(match: pm.Match) -> tuple[Optional[Node], Optional[Node]]:
     rstd = mean = None
     for node in match.nodes:
-        if node.target == aten.rsqrt.default:
+        if is_rsqrt(node):
             rstd = node
         elif is_row_mean(node):
             mean = node

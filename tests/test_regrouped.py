@@ -189,7 +189,7 @@ def test_per_head_norm_is_checked():
     that is not whole heads."""
     with pytest.raises(ValueError, match="not a power of two"):
         eg.Epilogue(head_dim=48)
-    with pytest.raises(ValueError, match="not a power of two from 2 to 256"):
+    with pytest.raises(ValueError, match="head_dim 512 is over 256"):
         eg.Epilogue(head_dim=512)
     with pytest.raises(ValueError, match="rope needs head_dim"):
         eg.Epilogue(rope=True)

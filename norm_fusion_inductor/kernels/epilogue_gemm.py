@@ -417,8 +417,10 @@ def post_norm_problem(M: int, N: int) -> Optional[str]:
 
 def head_dim_problem(head_dim: int) -> Optional[str]:
     """Why the per-head norm piece cannot take heads of this width, or None."""
-    if head_dim < 2 or head_dim & (head_dim - 1) or head_dim > MAX_HEAD_DIM:
-        return f"head_dim {head_dim} is not a power of two from 2 to {MAX_HEAD_DIM} (whole heads in one tile)"
+    if head_dim < 2 or head_dim & (head_dim - 1):
+        return f"head_dim {head_dim} is not a power of two (whole heads in one tile)"
+    if head_dim > MAX_HEAD_DIM:
+        return f"head_dim {head_dim} is over {MAX_HEAD_DIM} (whole heads in one tile)"
     return None
 
 

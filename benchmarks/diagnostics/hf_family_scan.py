@@ -41,12 +41,12 @@ def tiny_config(family: str, leave_out=()):
 
 
 def tiny_model(family: str):
-    """The family's tiny causal LM, eval mode, and its logits for fixed ids; head_dim left to the family where
-    setting it fails (a per-layer field)."""
+    """The family's tiny causal LM, eval mode, and its logits for fixed ids; head_dim (a per-layer field) or the
+    key/value heads (multi-head latent attention has none of its own) left to the family where setting them fails."""
     import transformers
 
     ids = torch.randint(1, 128, (2, 12))
-    for leave_out in ((), ("head_dim",)):
+    for leave_out in ((), ("head_dim",), ("num_key_value_heads",), ("head_dim", "num_key_value_heads")):
         try:
             model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, leave_out)).eval()
             with torch.no_grad():

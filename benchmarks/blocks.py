@@ -83,6 +83,13 @@ BLOCKS = {
     "gemma3_4b_layer": dict(kind="hf", family="gemma3", hidden=2560, batch=4, seq=2048,
                             config=dict(intermediate_size=10240, num_attention_heads=8, num_key_value_heads=4,
                                         head_dim=256, sliding_window=1024, max_position_embeddings=4096)),
+    # Gemma4TextConfig's default sizes (transformers with Gemma 4): RMSNorm written with pow(., -0.5), sandwich
+    # norms, one full-attention layer (heads of 512: its QK-norm stays unfused); per-layer inputs off, since they
+    # need token ids and the block runs on embeddings
+    "gemma4_layer": dict(kind="hf", family="gemma4", hidden=2304, batch=4, seq=2048,
+                         config=dict(intermediate_size=9216, num_attention_heads=8, num_key_value_heads=4,
+                                     head_dim=256, global_head_dim=512, sliding_window=512,
+                                     max_position_embeddings=4096, hidden_size_per_layer_input=0)),
 }
 SMOKE = {
     "recsys_ln_tower": dict(BLOCKS["recsys_ln_tower"], rows=64, width=32, hidden=64),

@@ -54,11 +54,11 @@ def _gemma3(t, hidden, layers):
 def _gemma4(t, hidden, layers):
     """Gemma 3's sandwich norms and per-head q/k norms, RMSNorm written with ``torch.pow(·, -0.5)`` and a plain
     weight; RoPE applied before the heads' transpose; a per-head value norm without weight; per-layer inputs
-    (their own projection and norm); sliding-window and full-attention layers alternating, the full ones with wider
-    heads."""
-    types = ["sliding_attention", "full_attention"] * layers
+    (their own projection and norm); sliding-window and full-attention layers alternating, the last one full (as
+    Gemma 4 requires), the full ones with wider heads."""
+    types = (["full_attention", "sliding_attention"] * layers)[:layers][::-1]
     return _decoder(t.Gemma4ForCausalLM, t.Gemma4TextConfig, hidden, layers, num_key_value_heads=2,
-                    head_dim=hidden // 4, global_head_dim=hidden // 2, sliding_window=8, layer_types=types[:layers],
+                    head_dim=hidden // 4, global_head_dim=hidden // 2, sliding_window=8, layer_types=types,
                     vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=hidden // 4)
 
 

@@ -153,11 +153,14 @@ def rotate_half(x, form: str):
 
 class PreNormAttention(nn.Module):
     """x + o(attention(q, k, v)) of norm(x), causal, with optionally a per-head RMSNorm of q and k (QK-norm, as
-    Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form); a 2-D input is one sequence."""
+    Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form), after the heads' transpose or,
+    ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); a 2-D input is one
+    sequence."""
 
-    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps):
+    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False):
         super().__init__()
         self.norm, self.heads, self.head_dim, self.rope = norm, d // head_dim, head_dim, rope
+        self.rope_before_transpose = rope_before_transpose
         self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
         self.o = nn.Linear(d, d, bias=bias)
         self.q_norm = LlamaRMSNorm(head_dim, eps) if qk_norm else None
@@ -169,11 +172,16 @@ class PreNormAttention(nn.Module):
         q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
         if self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
             angles = torch.cat((angles, angles), -1)
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+            if self.rope_before_transpose:  # [1, tokens, 1, head_dim] against [..., tokens, heads, head_dim]
+                cos, sin = cos[None].unsqueeze(2), sin[None].unsqueeze(2)
+        if self.rope and self.rope_before_transpose:
+            q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
+        if self.rope and not self.rope_before_transpose:
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return x + self.o(o.transpose(-2, -3).reshape(x.shape))

@@ -893,13 +893,15 @@ def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
             assert len(qk) == 1 and qk[0].shape[0] == step_ids.numel(), [s.line() for s in nfi.reports()]
 
 
-@pytest.mark.parametrize("form", ["slice", "chunk"])
-def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form):
-    """rotate_half as transformers writes it (two slices) and as ``x.chunk(2, -1)`` (a split in the graph): both
-    take the QK-norm + RoPE into the q/k projections' epilogue, output as eager's (inference)."""
+@pytest.mark.parametrize("form, before_transpose", [("slice", False), ("chunk", False), ("slice", True)])
+def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_transpose):
+    """rotate_half as transformers writes it (two slices) and as ``x.chunk(2, -1)`` (a split in the graph), after
+    the heads' transpose or before it (Gemma 4's): each takes the QK-norm + RoPE into the q/k projections'
+    epilogue, output as eager's (inference)."""
     torch.manual_seed(7)
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
-    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6).to(DEVICE)
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6,
+                                         rope_before_transpose=before_transpose).to(DEVICE)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:

@@ -1,6 +1,6 @@
 # Thirty-ninth session (planned, not run: no device lent): Gemma 4's forms on the GPU (RMSNorm written with
-# pow(., -0.5); QK-norm + RoPE applied before the heads' transpose), then the Gemma 4 layer against default, where
-# the device's transformers has Gemma 4 (5.17 may not: blocks.py then names the missing model).
+# pow(., -0.5); QK-norm + RoPE applied before the heads' transpose), then the Gemma 4 layer against default (the
+# device's transformers 5.17 has Gemma 4: checked in a CPU venv with torch 2.11.0 + transformers 5.17.0).
 source benchmarks/device_setup.sh
 OUT=${OUT:-/tmp/out}
 SECONDS=0

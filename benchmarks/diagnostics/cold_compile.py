@@ -15,6 +15,7 @@ pool as Inductor's own backend does).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -46,7 +47,7 @@ def child(block: str, compiler: str, smoke: bool) -> None:
     if compiler != "default":
         # what torch's backend lookup does through the entry point where the package is installed (on the GPU
         # machine it is on PYTHONPATH, without entry points)
-        import norm_fusion_inductor  # noqa: F401
+        importlib.import_module("norm_fusion_inductor")
     compiled = torch.compile(model, **kwargs)
     with torch.no_grad():
         compiled(**inputs)
@@ -86,17 +87,17 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     # Python's bytecode of torch and the plugin, cached once as an installed package has it (the GPU machine's
     # venv keeps none: every fresh process there compiled ~2400 modules from source, 8 s)
-    bytecode = tempfile.mkdtemp(prefix="cold_compile_pyc_")
-    subprocess.run([sys.executable, "-c", "import torch._dynamo, torch._inductor.compile_fx, norm_fusion_inductor"],
-                   env=dict(os.environ, PYTHONPYCACHEPREFIX=bytecode), check=True, timeout=600)
-    for block in blocks:
-        seconds = {c: [] for c in COMPILERS}
-        for _ in range(args.repeats):
-            for compiler in COMPILERS:
-                seconds[compiler].append(run_one(block, compiler, args.warm_pool, args.smoke, bytecode))
-        d, n = (statistics.median(seconds[c]) for c in COMPILERS)
-        print(f"| {block} | {args.warm_pool} | {d:.2f} | {n:.2f} | {n / d:.2f}× |  "
-              f"(each: {seconds['default']} / {seconds['norm_fusion']})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="cold_compile_pyc_") as bytecode:
+        subprocess.run([sys.executable, "-c", "import torch._dynamo, torch._inductor.compile_fx, norm_fusion_inductor"],
+                       env=dict(os.environ, PYTHONPYCACHEPREFIX=bytecode), check=True, timeout=600)
+        for block in blocks:
+            seconds = {c: [] for c in COMPILERS}
+            for _ in range(args.repeats):
+                for compiler in COMPILERS:
+                    seconds[compiler].append(run_one(block, compiler, args.warm_pool, args.smoke, bytecode))
+            d, n = (statistics.median(seconds[c]) for c in COMPILERS)
+            print(f"| {block} | {args.warm_pool} | {d:.2f} | {n:.2f} | {n / d:.2f}× |  "
+                  f"(each: {seconds['default']} / {seconds['norm_fusion']})", flush=True)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,12 @@ def _gemma4(t, hidden, layers):
                     vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=hidden // 4)
 
 
+def _nanochat(t, hidden, layers):
+    """RMSNorm without weight everywhere; RoPE with rotate_half's signs swapped, then a per-head norm of q and k
+    (no weight) after it; relu² MLP; an embedding norm before the layers."""
+    return _decoder(t.NanoChatForCausalLM, t.NanoChatConfig, hidden, layers, num_key_value_heads=2)
+
+
 def _olmo2(t, hidden, layers):
     """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
     return _decoder(t.Olmo2ForCausalLM, t.Olmo2Config, hidden, layers, num_key_value_heads=2, pad_token_id=0,
@@ -106,7 +112,7 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5,
+                                 "gemma4": _gemma4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5,
                                  "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 

@@ -137,7 +137,9 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
 class HeadNorm:
     """q_norm(proj(h).view(B, L, H, D)) found after a consumer, the norm before or after ``.transpose(1, 2)``
     (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one; or that RoPE alone, straight
-    after the view's transpose (Llama: ``weight`` None)."""
+    after the view's transpose (Llama: ``weight`` None), or that RoPE followed by a per-head RMSNorm without weight
+    (NanoChat: ``unit_weight``; a rotation keeps each head's sum of squares, so norm(RoPE(x)) = RoPE(norm(x)),
+    which the epilogue computes with a weight of ones)."""
     view: Node  # the [B, L, H, D] view of the projection's output
     weight: Optional[Node]  # None: no per-head norm (RoPE alone)
     eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
@@ -146,6 +148,12 @@ class HeadNorm:
     transposed: bool  # ``output`` is [B, H, L, D] (the transpose came first, or RoPE after it)
     cos: Optional[Node] = None  # [B or 1, L, D] or [L, D]
     sin: Optional[Node] = None
+    sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
+    unit_weight: bool = False  # a per-head norm without weight, after RoPE
+
+    @property
+    def has_norm(self) -> bool:
+        return self.weight is not None or self.unit_weight
 
     @property
     def head_dim(self) -> int:
@@ -214,7 +222,34 @@ def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
     _with_rope(head)
     if head.cos is None:
         return None
+    _with_unit_norm(head)
     return head if _read_only_inside(head, backward) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _unit_head_norm_patterns() -> list:
+    """The RMSNorm forms of the pre-norm family without a weight, traced as the family traces them."""
+    return [pattern for _, pattern in traced_norm_forms({f: spec for f, spec in RMS_FORMS.items() if not spec[1]})]
+
+
+def _with_unit_norm(head: HeadNorm) -> None:
+    """Extend ``head`` (RoPE alone) over a per-head RMSNorm without weight of RoPE's output, its only reader."""
+    rotated = head.output
+
+    def norm_at(node):
+        for pattern in _unit_head_norm_patterns():
+            found = pattern.match(node)
+            if pm.is_match(found) and found.kwargs.get("x") is rotated:
+                return found
+        return None
+
+    found = _first_downstream([rotated], norm_at)
+    if found is not None:
+        eps = _eps(found)
+        head.eps = float(eps) if isinstance(eps, (int, float)) else eps
+        head.unit_weight = True
+        head.nodes = head.nodes | set(found.nodes)
+        head.output = found.output_node()
 
 
 def _same_size(a, b) -> bool:
@@ -243,7 +278,7 @@ def _with_rope(head: HeadNorm) -> None:
     for t, extra, table_dim in candidates:
         found = _rope_of(t, head, table_dim)
         if found is not None:
-            out, nodes, tables = found
+            out, nodes, tables, head.sin_negated = found
             head.cos, head.sin = tables
             head.nodes = head.nodes | {*extra, *nodes}
             head.output = out
@@ -252,7 +287,7 @@ def _with_rope(head: HeadNorm) -> None:
 
 
 def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
-    """(output, nodes, (cos, sin)) of the rotate-half RoPE of ``t`` (``head``'s [B, H, L, D] output for
+    """(output, nodes, (cos, sin), sin negated) of the rotate-half RoPE of ``t`` (``head``'s [B, H, L, D] output for
     ``table_dim`` 1, its [B, L, H, D] one for 2, the dim its tables are unsqueezed at), or None."""
     D = head.head_dim
     halves = _rotate_half_halves(t, D // 2)
@@ -260,13 +295,18 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
     if halves is None or len(muls) != 1:
         return None
     first, second, split_nodes = halves
-    neg = next(iter(second.users), None)
-    if len(second.users) != 1 or neg.target != aten.neg.default or len(neg.users) != 1:
+    if len(first.users) != 1 or len(second.users) != 1:
+        return None
+    # rotate_half: cat(-x2, x1) (transformers), or cat(x2, -x1) (NanoChat: the rotation by -θ, sin negated)
+    negated = next(iter(first.users)).target == aten.neg.default
+    neg, kept = (next(iter(first.users)), second) if negated else (next(iter(second.users)), first)
+    if neg.target != aten.neg.default or len(neg.users) != 1:
         return None
     cat = next(iter(neg.users))
-    if cat.target != aten.cat.default or list(cat.args[0]) != [neg, first] or cat.args[1:] not in ((-1,), (3,)):
+    halves_in_order = [kept, neg] if negated else [neg, kept]
+    if cat.target != aten.cat.default or list(cat.args[0]) != halves_in_order or cat.args[1:] not in ((-1,), (3,)):
         return None
-    if len(first.users) != 1 or len(cat.users) != 1:
+    if len(cat.users) != 1 or next(iter(kept.users)) is not cat:
         return None
     mul_sin, mul_cos = next(iter(cat.users)), muls[0]
     if mul_sin.target != aten.mul.Tensor or len(mul_sin.users) != 1 or len(mul_cos.users) != 1:
@@ -293,7 +333,7 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
         if not batch_ok or not _same_size(tshape[-2], L) or tshape[-1] != D:
             return None
         tables.append(table)
-    return out, {*split_nodes, neg, cat, mul_sin, mul_cos, out}, tables
+    return out, {*split_nodes, neg, cat, mul_sin, mul_cos, out}, tables, negated
 
 
 def _rotate_half_halves(t: Node, half: int) -> Optional[tuple]:
@@ -524,7 +564,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         fold_bytes=fold_passes * n * K * x_val.element_size(),
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),
-                                        head_norm=bool(rw.head is None or rw.head.weight is not None),
+                                        head_norm=bool(rw.head is None or rw.head.has_norm),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
                                         activation_written=rw.act_output is None
@@ -538,7 +578,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
         offered = sources, fold_note
         choice, sources, fold_note = pick(*offered)
         with_rope = None
-        if not choice.fused and rw.head is not None and rw.head.weight is None:
+        if not choice.fused and rw.head is not None and not rw.head.has_norm:
             # RoPE alone did not pay in this GEMM: the projection without it (RoPE stays Inductor's)
             rw.head, aux, with_rope = None, False, choice.reason
             choice, sources, fold_note = pick(*offered)
@@ -563,8 +603,10 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
 
 def _head_piece(head: HeadNorm) -> str:
     """How the log names a q/k projection's per-head epilogue piece."""
-    if head.weight is None:
+    if not head.has_norm:
         return "RoPE"
+    if head.unit_weight:
+        return "RoPE + QK-norm"
     return "QK-norm + RoPE" if head.cos is not None else "QK-norm"
 
 
@@ -642,6 +684,10 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
         activation, on = rw.activation, dict(backend=backend)
         if head is not None:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece)
+            if head.sin_negated:
+                sin = torch.neg(sin)
+            if head.unit_weight:
+                head_weight = torch.ones(D, device=x.device, dtype=x.dtype)
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
                                           rope_sin=tables[1])

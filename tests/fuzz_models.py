@@ -2,7 +2,8 @@
 
 Each case builds a small random model from the structures the rewrites look for, stacked one to three deep: pre-norm
 blocks (a norm feeding one projection with an activation, a gated pair as Llama's MLP, three projections summed, or
-causal attention with or without a per-head QK-norm and RoPE, back into the residual stream; a final norm and head),
+causal attention with or without a per-head QK-norm and RoPE, or NanoChat's weightless QK-norm after RoPE, back
+into the residual stream; a final norm and head),
 post-norm blocks (the stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the
 forms real models write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers'
 Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and
@@ -146,16 +147,23 @@ class PreNormBlock(nn.Module):
 
 
 def rotate_half(x, form: str):
-    """transformers' rotate-half (slices), or the same with chunk (a split in the graph)."""
+    """transformers' rotate-half (slices), the same with chunk (a split in the graph), or NanoChat's with the
+    signs swapped (``flipped``: the rotation by -θ)."""
     x1, x2 = x.chunk(2, -1) if form == "chunk" else (x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:])
-    return torch.cat((-x2, x1), -1)
+    return torch.cat((x2, -x1), -1) if form == "flipped" else torch.cat((-x2, x1), -1)
+
+
+def unit_rms_norm(x, eps):
+    """NanoChat's RMSNorm without weight: in fp32, back to the input's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
 
 
 class PreNormAttention(nn.Module):
     """x + o(attention(q, k, v)) of norm(x), causal, with optionally a per-head RMSNorm of q and k (QK-norm, as
     Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form), after the heads' transpose or,
-    ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); a 2-D input is one
-    sequence."""
+    ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); ``qk_norm``
+    "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's). A 2-D input is one sequence."""
 
     def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False):
         super().__init__()
@@ -163,8 +171,9 @@ class PreNormAttention(nn.Module):
         self.rope_before_transpose = rope_before_transpose
         self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
         self.o = nn.Linear(d, d, bias=bias)
-        self.q_norm = LlamaRMSNorm(head_dim, eps) if qk_norm else None
-        self.k_norm = LlamaRMSNorm(head_dim, eps) if qk_norm else None
+        self.q_norm = LlamaRMSNorm(head_dim, eps) if qk_norm is True else None
+        self.k_norm = LlamaRMSNorm(head_dim, eps) if qk_norm is True else None
+        self.unit_norm_eps = eps if qk_norm == "after_rope" else None
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
 
     def forward(self, x):
@@ -183,6 +192,8 @@ class PreNormAttention(nn.Module):
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
         if self.rope and not self.rope_before_transpose:
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+        if self.unit_norm_eps is not None:
+            q, k = unit_rms_norm(q, self.unit_norm_eps), unit_rms_norm(k, self.unit_norm_eps)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return x + self.o(o.transpose(-2, -3).reshape(x.shape))
 
@@ -232,13 +243,18 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 dtype=dtype, train=train, eps=rng.choice([1e-5, 1e-6, 1e-12]), bias=rng.random() < 0.5,
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
-                head_dim=rng.choice(head_dims), qk_norm=rng.random() < 0.6,
-                rope=rng.choice([None, "slice", "chunk"]),
+                head_dim=rng.choice(head_dims), qk_norm=_qk_norm(rng.random()),
+                rope=rng.choice([None, "slice", "chunk", "flipped"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),
                 # dynamic=True, and a second length (another sequence length of a 3-D input)
                 dynamic=rng.random() < 0.3, m2=m + (batch or 1) * rng.randint(1, 9))
+
+
+def _qk_norm(draw: float):
+    """QK-norm before RoPE (Qwen3's), without weight after it (NanoChat's), or none."""
+    return True if draw < 0.45 else "after_rope" if draw < 0.6 else False
 
 
 def build(case: dict) -> Model:

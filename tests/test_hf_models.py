@@ -44,19 +44,23 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 # gemma4: gemma3's sites and per-head q/k norms, the RMSNorm written with pow(·, -0.5), RoPE before the heads'
 #     transpose; plus each layer's per-layer-input projection → norm (post-norm). Its per-head value norms (no
 #     weight) are left, as UNFUSED says, and the per-layer inputs' own norm, which feeds no matmul.
+# nanochat: every RMSNorm without weight; its per-head q/k norms come after RoPE (rotate_half's signs swapped) and
+#     go into the q/k projections' epilogue all the same. Its embedding norm feeds only the first layer's norm.
 # The per-head q/k norms (QK-norm) go into the q/k projections' epilogues (QK_NORMS per family), in training too
 # (the epilogue then also writes the projection's output for the norm's backward).
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
-            "gemma4": {"regrouped_norm": 5, "matmul_norm": 6},
+            "gemma4": {"regrouped_norm": 5, "matmul_norm": 6}, "nanochat": {"regrouped_norm": 5},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
             "cohere": {"regrouped_norm": 3},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
-QK_NORMS = {"gemma3": 2, "gemma4": 2, "qwen3": 2}  # regrouped q/k/v sites with QK-norm + RoPE in the epilogue
+# regrouped q/k/v sites with QK-norm + RoPE (nanochat: RoPE + QK-norm) in the epilogue
+QK_NORMS = {"gemma3": 2, "gemma4": 2, "nanochat": 2, "qwen3": 2}
 # sites no family fuses, each with the start of its reason
 UNFUSED = {"gemma4": {("qk_norm", "feeds attention as its values"): 2,
-                      ("standalone", "feeds no matmul or attention"): 1}}
+                      ("standalone", "feeds no matmul or attention"): 1},
+           "nanochat": {("standalone", "feeds no matmul or attention"): 1}}
 FAMILIES = list(EXPECTED)
 # Trained too (a training compile costs 30-100 s here): one family per norm form the backward sees (gemma4: the
 # pow(·, -0.5) RMSNorm, RoPE before the transpose). Left to
@@ -94,8 +98,9 @@ def _assert_gradients_match(model, out, ref, where) -> None:
                          ids=[f"{'training' if train else 'inference'}-{family}" for family, train in CASES])
 def test_every_norm_site_fused_or_explained(family, train):
     torch.manual_seed(0)
-    if family == "gemma4" and not hasattr(transformers, "Gemma4ForCausalLM"):
-        pytest.skip(f"transformers {transformers.__version__} has no Gemma 4")
+    newer = {"gemma4": "Gemma4ForCausalLM", "nanochat": "NanoChatForCausalLM"}
+    if family in newer and not hasattr(transformers, newer[family]):
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
     model = hf_models.tiny_model(family)
     _norm_weights_away_from_init(model)
     model.train(train)
@@ -124,7 +129,8 @@ def test_every_norm_site_fused_or_explained(family, train):
                                      if s.fusion == fusion and s.reason.startswith(start)), (s.fusion, s.reason))
                                for s in sites if not s.rewritten)
     assert left == collections.Counter(unfused), lines
-    qk_in_epilogue = sum("QK-norm + RoPE in the epilogue" in s.reason for s in sites if s.fusion == "regrouped_norm")
+    qk_in_epilogue = sum("QK-norm + RoPE in the epilogue" in s.reason or "RoPE + QK-norm in the epilogue" in s.reason
+                         for s in sites if s.fusion == "regrouped_norm")
     assert qk_in_epilogue == QK_NORMS.get(family, 0), lines
     torch._dynamo.reset()
 

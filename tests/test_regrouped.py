@@ -917,6 +917,37 @@ def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_tra
     assert len(qk) == 1, [s.line() for s in nfi.reports()]
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_weightless_qk_norm_after_flipped_rope_runs_in_the_epilogue(train):
+    """NanoChat's attention: RoPE with rotate_half written cat(x2, -x1), then a per-head RMSNorm without weight.
+    A rotation keeps each head's sum of squares, so the q/k projections' epilogue takes both (norm, then RoPE
+    with sin negated); output and gradients as eager's. The same model with the usual rotate_half is taken too."""
+    torch.manual_seed(11)
+    norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm="after_rope", rope="flipped", bias=False,
+                                         eps=1e-6).to(DEVICE)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 8, 32, device=DEVICE, requires_grad=train)
+    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(train):
+        out = torch.compile(model, backend="norm_fusion", options=options)(x)
+        ref = model(x)
+    assert rel(out, ref) < 1e-5
+    if train:
+        grad = torch.randn_like(out)
+        fused = torch.autograd.grad(out, [x, *model.parameters()], grad)
+        eager = torch.autograd.grad(ref, [x, *model.parameters()], grad)
+        for f, e in zip(fused, eager):
+            assert rel(f, e) < 1e-5
+    sites = nfi.reports()
+    taken = [s for s in sites if s.rewritten and "RoPE + QK-norm in the epilogue" in s.reason]
+    assert len(taken) == 1, [s.line() for s in sites]
+    assert not [s for s in sites if s.fusion == "qk_norm"], [s.line() for s in sites]
+
+
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu_fast", "gelu_pytorch_tanh"])
 def test_transformers_tanh_gelus_run_in_the_epilogue(activation):
     """transformers' tanh-approximated GELUs (GPT-2's written-out formula, the rounded "fast" one, and F.gelu's

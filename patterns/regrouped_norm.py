@@ -244,7 +244,8 @@ def _with_unit_norm(head: HeadNorm) -> None:
         return None
 
     found = _first_downstream([rotated], norm_at)
-    if found is not None:
+    # the epilogue writes the projection's dtype: a norm that leaves another (an fp32 result) is not taken
+    if found is not None and found.output_node().meta["val"].dtype == rotated.meta["val"].dtype:
         eps = _eps(found)
         head.eps = float(eps) if isinstance(eps, (int, float)) else eps
         head.unit_weight = True

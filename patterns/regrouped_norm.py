@@ -222,8 +222,9 @@ def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
     _with_rope(head)
     if head.cos is None:
         return None
-    _with_unit_norm(head)
-    return head if _read_only_inside(head, backward) else None
+    rope_only = dataclasses.replace(head)
+    _with_unit_norm(head)  # where RoPE's output is read elsewhere too, RoPE alone may still be taken
+    return next((h for h in (head, rope_only) if _read_only_inside(h, backward)), None)
 
 
 @functools.lru_cache(maxsize=None)

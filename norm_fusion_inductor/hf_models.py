@@ -112,8 +112,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5,
-                                 "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3,
+                                 "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -161,10 +161,11 @@ class HeadNorm:
 
 
 @functools.lru_cache(maxsize=None)
-def _head_norm_patterns() -> list:
-    """The RMSNorm forms of the pre-norm family that have a weight, traced as the family traces them."""
-    weighted = {form: spec for form, spec in RMS_FORMS.items() if spec[1]}
-    return [pattern for _, pattern in traced_norm_forms(weighted)]
+def _head_norm_patterns(weighted: bool = True) -> list:
+    """The RMSNorm forms of the pre-norm family with a weight (or, ``weighted`` False, without one), traced as the
+    family traces them."""
+    forms = {form: spec for form, spec in RMS_FORMS.items() if bool(spec[1]) == weighted}
+    return [pattern for _, pattern in traced_norm_forms(forms)]
 
 
 def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) -> Optional[HeadNorm]:
@@ -227,18 +228,12 @@ def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
     return next((h for h in (head, rope_only) if _read_only_inside(h, backward)), None)
 
 
-@functools.lru_cache(maxsize=None)
-def _unit_head_norm_patterns() -> list:
-    """The RMSNorm forms of the pre-norm family without a weight, traced as the family traces them."""
-    return [pattern for _, pattern in traced_norm_forms({f: spec for f, spec in RMS_FORMS.items() if not spec[1]})]
-
-
 def _with_unit_norm(head: HeadNorm) -> None:
     """Extend ``head`` (RoPE alone) over a per-head RMSNorm without weight of RoPE's output, its only reader."""
     rotated = head.output
 
     def norm_at(node):
-        for pattern in _unit_head_norm_patterns():
+        for pattern in _head_norm_patterns(weighted=False):
             found = pattern.match(node)
             if pm.is_match(found) and found.kwargs.get("x") is rotated:
                 return found

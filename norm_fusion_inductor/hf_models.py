@@ -68,6 +68,12 @@ def _nanochat(t, hidden, layers):
     return _decoder(t.NanoChatForCausalLM, t.NanoChatConfig, hidden, layers, num_key_value_heads=2)
 
 
+def _hunyuan(t, hidden, layers):
+    """Llama-like, with a per-head RMSNorm (with weight) of q and k after RoPE (HunYuan-dense's query_layernorm)."""
+    return _decoder(t.HunYuanDenseV1ForCausalLM, t.HunYuanDenseV1Config, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+
+
 def _olmo2(t, hidden, layers):
     """Post-norm residual blocks (x + norm(sublayer(x))) and a full-width q/k norm on the projections' outputs."""
     return _decoder(t.Olmo2ForCausalLM, t.Olmo2Config, hidden, layers, num_key_value_heads=2, pad_token_id=0,
@@ -112,8 +118,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3,
-                                 "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "hunyuan": _hunyuan, "nanochat": _nanochat, "olmo2": _olmo2,
+                                 "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

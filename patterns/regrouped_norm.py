@@ -137,9 +137,10 @@ def _find_activation(pre: Node, forward: Callable[[Node], bool]):
 class HeadNorm:
     """q_norm(proj(h).view(B, L, H, D)) found after a consumer, the norm before or after ``.transpose(1, 2)``
     (Qwen3, Gemma3), and the rotate-half RoPE after both where the model applies one; or that RoPE alone, straight
-    after the view's transpose (Llama: ``weight`` None), or that RoPE followed by a per-head RMSNorm without weight
-    (NanoChat: ``unit_weight``; a rotation keeps each head's sum of squares, so norm(RoPE(x)) = RoPE(norm(x)),
-    which the epilogue computes with a weight of ones)."""
+    after the view's transpose (Llama: ``weight`` None), or that RoPE followed by a per-head RMSNorm
+    (``norm_after_rope``: NanoChat's without weight, HunYuan's with one). A rotation keeps each head's sum of
+    squares, so norm(RoPE(x))·γ = n·(γ·cos) + rotate_half(n)·(γ·sin) with n = norm(x): the epilogue's norm takes a
+    weight of ones and γ goes into the tables."""
     view: Node  # the [B, L, H, D] view of the projection's output
     weight: Optional[Node]  # None: no per-head norm (RoPE alone)
     eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
@@ -149,11 +150,11 @@ class HeadNorm:
     cos: Optional[Node] = None  # [B or 1, L, D] or [L, D]
     sin: Optional[Node] = None
     sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
-    unit_weight: bool = False  # a per-head norm without weight, after RoPE
+    norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
 
     @property
     def has_norm(self) -> bool:
-        return self.weight is not None or self.unit_weight
+        return self.weight is not None or self.norm_after_rope
 
     @property
     def head_dim(self) -> int:
@@ -224,27 +225,35 @@ def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
     if head.cos is None:
         return None
     rope_only = dataclasses.replace(head)
-    _with_unit_norm(head)  # where RoPE's output is read elsewhere too, RoPE alone may still be taken
+    _with_norm_after_rope(head)  # where RoPE's output is read elsewhere too, RoPE alone may still be taken
     return next((h for h in (head, rope_only) if _read_only_inside(h, backward)), None)
 
 
-def _with_unit_norm(head: HeadNorm) -> None:
-    """Extend ``head`` (RoPE alone) over a per-head RMSNorm without weight of RoPE's output, its only reader."""
+def _with_norm_after_rope(head: HeadNorm) -> None:
+    """Extend ``head`` (RoPE alone) over a per-head RMSNorm of RoPE's output, its only reader, with a weight of
+    the head's size or none."""
     rotated = head.output
+    D = head.head_dim
 
-    def norm_at(node):
-        for pattern in _head_norm_patterns(weighted=False):
+    def norm_at(node, weighted):
+        for pattern in _head_norm_patterns(weighted):
             found = pattern.match(node)
-            if pm.is_match(found) and found.kwargs.get("x") is rotated:
+            if not pm.is_match(found) or found.kwargs.get("x") is not rotated:
+                continue
+            weight = found.kwargs.get("weight")
+            if not weighted or isinstance(weight, Node) and tuple(weight.meta["val"].shape) == (D,):
                 return found
         return None
 
-    found = _first_downstream([rotated], norm_at)
+    # the weighted form first: its weightless part matches too, nearer RoPE
+    found = _first_downstream([rotated], lambda n: norm_at(n, True)) or \
+        _first_downstream([rotated], lambda n: norm_at(n, False))
     # the epilogue writes the projection's dtype: a norm that leaves another (an fp32 result) is not taken
     if found is not None and found.output_node().meta["val"].dtype == rotated.meta["val"].dtype:
         eps = _eps(found)
         head.eps = float(eps) if isinstance(eps, (int, float)) else eps
-        head.unit_weight = True
+        head.weight = found.kwargs.get("weight")
+        head.norm_after_rope = True
         head.nodes = head.nodes | set(found.nodes)
         head.output = found.output_node()
 
@@ -602,7 +611,7 @@ def _head_piece(head: HeadNorm) -> str:
     """How the log names a q/k projection's per-head epilogue piece."""
     if not head.has_norm:
         return "RoPE"
-    if head.unit_weight:
+    if head.norm_after_rope:
         return "RoPE + QK-norm"
     return "QK-norm + RoPE" if head.cos is not None else "QK-norm"
 
@@ -683,7 +692,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         if head is not None:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece)
             if head.sin_negated:
                 sin = torch.neg(sin)
-            if head.unit_weight:
+            if head.norm_after_rope:  # γ·RoPE(n) = n·(γ·cos) + rotate_half(n)·(γ·sin): γ into the tables
+                if head_weight is not None:
+                    cos, sin = ((t.float() * head_weight.float()).to(t.dtype) for t in (cos, sin))
                 head_weight = torch.ones(D, device=x.device, dtype=x.dtype)
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],

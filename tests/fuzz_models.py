@@ -163,7 +163,8 @@ class PreNormAttention(nn.Module):
     """x + o(attention(q, k, v)) of norm(x), causal, with optionally a per-head RMSNorm of q and k (QK-norm, as
     Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form), after the heads' transpose or,
     ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); ``qk_norm``
-    "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's). A 2-D input is one sequence."""
+    "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's), "weighted_after_rope" one with a
+    weight (HunYuan's). A 2-D input is one sequence."""
 
     def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False):
         super().__init__()
@@ -171,15 +172,17 @@ class PreNormAttention(nn.Module):
         self.rope_before_transpose = rope_before_transpose
         self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
         self.o = nn.Linear(d, d, bias=bias)
-        self.q_norm = LlamaRMSNorm(head_dim, eps) if qk_norm is True else None
-        self.k_norm = LlamaRMSNorm(head_dim, eps) if qk_norm is True else None
-        self.unit_norm_eps = eps if qk_norm == "after_rope" else None
+        weighted = qk_norm is True or qk_norm == "weighted_after_rope"
+        self.q_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
+        self.k_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
+        self.norm_after_rope = qk_norm in ("after_rope", "weighted_after_rope")
+        self.eps = eps
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
 
     def forward(self, x):
         h = self.norm(x)
         q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.norm_after_rope:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
@@ -192,8 +195,10 @@ class PreNormAttention(nn.Module):
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
         if self.rope and not self.rope_before_transpose:
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
-        if self.unit_norm_eps is not None:
-            q, k = unit_rms_norm(q, self.unit_norm_eps), unit_rms_norm(k, self.unit_norm_eps)
+        if self.norm_after_rope and self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.norm_after_rope:
+            q, k = unit_rms_norm(q, self.eps), unit_rms_norm(k, self.eps)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return x + self.o(o.transpose(-2, -3).reshape(x.shape))
 
@@ -253,8 +258,9 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
 
 
 def _qk_norm(draw: float):
-    """QK-norm before RoPE (Qwen3's), without weight after it (NanoChat's), or none."""
-    return True if draw < 0.45 else "after_rope" if draw < 0.6 else False
+    """QK-norm before RoPE (Qwen3's), without weight after it (NanoChat's), with one after it (HunYuan's), or
+    none."""
+    return True if draw < 0.45 else "after_rope" if draw < 0.55 else "weighted_after_rope" if draw < 0.65 else False
 
 
 def build(case: dict) -> Model:

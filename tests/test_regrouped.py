@@ -917,17 +917,21 @@ def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_tra
     assert len(qk) == 1, [s.line() for s in nfi.reports()]
 
 
+@pytest.mark.parametrize("qk_norm, rope", [("after_rope", "flipped"), ("weighted_after_rope", "slice")],
+                         ids=["weightless-flipped", "weighted"])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_weightless_qk_norm_after_flipped_rope_runs_in_the_epilogue(train):
-    """NanoChat's attention: RoPE with rotate_half written cat(x2, -x1), then a per-head RMSNorm without weight.
-    A rotation keeps each head's sum of squares, so the q/k projections' epilogue takes both (norm, then RoPE
-    with sin negated); output and gradients as eager's. The same model with the usual rotate_half is taken too."""
+def test_qk_norm_after_rope_runs_in_the_epilogue(train, qk_norm, rope):
+    """A per-head RMSNorm after RoPE: NanoChat's (no weight; rotate_half written cat(x2, -x1), sin negated) and
+    HunYuan's (a weight, applied after the rotation: folded into cos and sin). A rotation keeps each head's sum
+    of squares, so the q/k projections' epilogue takes both; output and gradients as eager's."""
     torch.manual_seed(11)
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
-    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm="after_rope", rope="flipped", bias=False,
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=qk_norm, rope=rope, bias=False,
                                          eps=1e-6).to(DEVICE)
     with torch.no_grad():
-        norm.weight.uniform_(0.5, 1.5)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
     x = torch.randn(2, 8, 32, device=DEVICE, requires_grad=train)
     options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
     nfi.clear_reports()

@@ -2,10 +2,15 @@
 # "NVIDIA H100 80GB HBM3", which has no committed table (issue 27: tables for other GPU models come from
 # `python -m norm_fusion_inductor calibrate`): the full grid (27 sites), Triton alone (no Quack kit). Then the
 # Llama-3-8B layer's first compile and step time with that file in the cache folder, so its selection's logged
-# reasons test the fitted constants on a block they were not fitted on.
+# reasons test the fitted constants on a block they were not fitted on. First the GPU tests of HunYuan's weighted
+# QK-norm after RoPE (γ folded into the tables).
 source benchmarks/device_setup.sh
 OUT=${OUT:-/tmp/out}
 SECONDS=0
+timeout 150 python -m pytest tests/test_regrouped.py tests/test_hf_models.py -q -p no:cacheprovider -rs \
+  -k "qk_norm_after_rope or hunyuan" > $OUT/hunyuan.log 2>&1
+echo "== hunyuan tests (rc $?, ${SECONDS} s)"; tail -1 $OUT/hunyuan.log | cut -c1-200
+grep -h "^FAILED\|^ERROR\|^E  \|^SKIPPED" $OUT/hunyuan.log | head -12 | cut -c1-300
 timeout 420 python -m norm_fusion_inductor calibrate --backends triton --out $OUT/calibration_h100.json \
   > $OUT/calibrate.log 2>&1
 echo "== calibrate (rc $?, ${SECONDS} s)"; tail -45 $OUT/calibrate.log | cut -c1-220

@@ -11,7 +11,7 @@ timeout 150 python -m pytest tests/test_regrouped.py tests/test_hf_models.py -q 
   -k "qk_norm_after_rope or hunyuan" > $OUT/hunyuan.log 2>&1
 echo "== hunyuan tests (rc $?, ${SECONDS} s)"; tail -1 $OUT/hunyuan.log | cut -c1-200
 grep -h "^FAILED\|^ERROR\|^E  \|^SKIPPED" $OUT/hunyuan.log | head -12 | cut -c1-300
-timeout 420 python -m norm_fusion_inductor calibrate --backends triton --out $OUT/calibration_h100.json \
+timeout $((565 - SECONDS)) python -m norm_fusion_inductor calibrate --backends triton --out $OUT/calibration_h100.json \
   > $OUT/calibrate.log 2>&1
 echo "== calibrate (rc $?, ${SECONDS} s)"; tail -45 $OUT/calibrate.log | cut -c1-220
 cd /tmp/site/benchmarks

@@ -550,16 +550,16 @@ def repeatability(records: list[Record]) -> dict:
             "widest": max((max(v) / min(v) for v in repeated), default=None)}
 
 
-def evaluate(records: list[Record], min_speedup: float = 1.05) -> dict:
-    base = cm.CALIBRATION["NVIDIA H200"]
+def evaluate(records: list[Record], min_speedup: float = 1.05, gpu: str = "NVIDIA H200") -> dict:
+    base = cm.CALIBRATION[gpu]
     stored = [(r, predict_record(cm.CALIBRATION[r.gpu], r)) for r in records if r.gpu in cm.CALIBRATION]
     fitted = fit(records, base)
     insample = [(r, predict_record(fitted, r)) for r in records]
     loso = held_out(records, lambda r: (r.M, r.K, r.N), base)
     lobo = held_out(records, lambda r: r.block or "?", base)
     early = [r for r in records if r.round <= DATE_SPLIT]
-    late_cal = fit(early, base)
-    late = [(r, predict_record(late_cal, r)) for r in records if r.round > DATE_SPLIT]
+    late_cal = fit(early, base) if early else None  # (the H200's records span the split; other GPUs' may not)
+    late = [(r, predict_record(late_cal, r)) for r in records if r.round > DATE_SPLIT] if early else []
     screens = {f"{name} (margin {margin})": screen_score(pairs, min_speedup, margin)
                for name, pairs in (("stored", stored), ("leave_one_shape_out", loso), ("date_split", late))
                for margin in (1.15, 1.2)}
@@ -698,17 +698,19 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true", help="records, predictions and summaries as JSON")
     ap.add_argument("--fit", action="store_true", help="print only the constants refitted on all records")
     ap.add_argument("--min-speedup", type=float, default=1.05)
+    ap.add_argument("--gpu", default="NVIDIA H200", choices=sorted(cm.CALIBRATION),
+                    help="the GPU model whose records and committed constants are checked")
     ap.add_argument("sources", nargs="*", default=list(DEFAULT_SOURCES),
                     help="files or directories with the selection's logs (default: benchmarks/results)")
     args = ap.parse_args(argv)
-    records = load_records(args.sources)
+    records = [r for r in load_records(args.sources) if r.gpu == args.gpu]
     records.sort(key=lambda r: (r.round, r.source, r.M, r.K, r.N))
     if not records:
         sys.exit("no epilogue-GEMM records found in " + ", ".join(args.sources))
     if args.fit:
-        print(_constants_text(fit(records, cm.CALIBRATION["NVIDIA H200"])))
+        print(_constants_text(fit(records, cm.CALIBRATION[args.gpu])))
         return
-    ev = evaluate(records, args.min_speedup)
+    ev = evaluate(records, args.min_speedup, args.gpu)
     if args.json:
         preds = {name: dict((id(r), p) for r, p in pairs) for name, pairs in ev["pairs"].items()}
         out = {"records": [], "summary": ev["summary"], "screens": ev["screens"], "stored_constants": cm.CALIBRATION,

@@ -232,7 +232,6 @@ HEAD_DIM = 128  # the per-head norm's head size
 # Nominal dense tensor-core peaks (FLOP/ms per element size: fp8, bf16/fp16, tf32) and DRAM bandwidth (bytes/ms)
 # of sm_90+ GPU models without a committed table, by torch.cuda.get_device_name; another model's are estimated
 NOMINAL = {
-    "NVIDIA H100 80GB HBM3": {"peak_flops": {1: 1978.9e9, 2: 989.4e9, 4: 494.7e9}, "hbm_bytes_per_ms": 3.35e9},
     "NVIDIA H100 PCIe": {"peak_flops": {1: 1513e9, 2: 756.5e9, 4: 378e9}, "hbm_bytes_per_ms": 2.0e9},
     "NVIDIA H100 NVL": {"peak_flops": {1: 1670.5e9, 2: 835.5e9, 4: 417.5e9}, "hbm_bytes_per_ms": 3.9e9},
     "NVIDIA B200": {"peak_flops": {1: 4500e9, 2: 2250e9, 4: 1125e9}, "hbm_bytes_per_ms": 8.0e9},

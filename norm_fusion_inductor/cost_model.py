@@ -96,7 +96,7 @@ TILES = ((128, 256), (128, 128), (64, 128))
 # Per GPU model (torch.cuda.get_device_name): hardware data and the calibrated constants. Times in ms, bytes in
 # bytes, rates in bytes/ms and FLOP/ms. "H200": constants fitted by ``python benchmarks/cost_model.py --fit`` (a
 # robust fit) on the selection's logged bf16 records with the activations' alu_ps fixed; see
-# docs/decisions.md#cost_modelcalibration
+# docs/decisions.md#cost_modelcalibration. "H100 80GB HBM3" (SXM): the calibrate command's grid
 CALIBRATION: dict = {
     "NVIDIA H200": {
         "sms": 132,
@@ -119,6 +119,23 @@ CALIBRATION: dict = {
                           "producer_ln": 1.382, "producer_rms": 1.204}},
         "quack": {"eff": 0.7564, "k0": 129.4, "rho": 0.04648, "lam": 0.1961, "c": 0.006242,
                   "mu": {"activation": 1.344, "gated": 1.014, "producer_rms": 1.031}},
+    },
+    # `python -m norm_fusion_inductor calibrate --backends triton` (the 27-site grid, one timing each; torch 2.11,
+    # triton 3.6), rounded: benchmarks/results/gpu-2026-12-05b/call_b. Fitted on fewer sites than the H200's;
+    # alu_ps fitted for the one-MUFU forms the grid has (the others as the H200's); no Quack constants (not
+    # screened: timed where installed)
+    "NVIDIA H100 80GB HBM3": {
+        "sms": 132,
+        "peak_flops": {1: 1978.9e9, 2: 989.4e9, 4: 494.7e9},
+        "hbm_bytes_per_ms": 3.35e9,  # nominal
+        "l2_bytes": 52428800,
+        "copy": {"bw": 3.015e9, "bw_l2": 6.877e9, "c": 0.001346, "l2_lo": 27.40e6, "l2_hi": 50.97e6},
+        "mm": {"eff": 0.8397, "k0": 109.1, "rho": 0.04472, "lam": 0.06728, "c": 0.006243, "mu": {}},
+        "triton": {"eff": 0.8575, "k0": 0.0, "rho": 0.04472, "lam": 0.9107, "c": 0.008975,
+                   "alu_ps": {"relu": 0.02, "silu": 0.57, "gelu_tanh": 0.63, "gelu": 0.76, "gelu_fp32": 1.3,
+                              "silu_fast": 0.01883, "gelu_tanh_fast": 0.35, "gelu_fast": 0.08735},
+                   "mu": {"activation": 1.016, "consumer_ln": 0.9079, "gated": 0.9947, "per_head": 0.9998,
+                          "producer_ln": 1.241, "producer_rms": 1.013}},
     },
 }
 

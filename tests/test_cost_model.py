@@ -255,3 +255,24 @@ def test_priced_activation_names_the_one_mufu_forms():
     fast = cm.predict(65536, 2048, 1024, 2, "gated", 0, activation="silu_fast_mul")
     assert exact["triton_ms"] - fast["triton_ms"] == pytest.approx(
         65536 * 1024 * (alu["silu"] - alu["silu_fast"]) * 1e-9)  # N counts gate and up
+
+
+def test_committed_h100_table_reproduces_its_calibration_grid():
+    """The H100 table as committed (rounded) against the calibrate run it was fitted on
+    (benchmarks/results/gpu-2026-12-05b/call_b): cuBLAS, the copy and the Triton epilogue GEMM each within 5 % at
+    the median, and no Quack constants (that run had no Quack)."""
+    import json
+
+    from norm_fusion_inductor import calibrate
+
+    path = os.path.join(ROOT, "benchmarks", "results", "gpu-2026-12-05b", "call_b", "calibration_h100.json")
+    with open(path) as f:
+        data = json.load(f)
+    gpu = data["gpu"]
+    fields = set(calibrate.Measurement.__dataclass_fields__)
+    records = [calibrate.Measurement(**{k: v for k, v in s.items() if k in fields}) for s in data["sites"]]
+    errs = calibrate.errors(cm.CALIBRATION[gpu], records)
+    assert len(records) == 27 and "quack" not in cm.CALIBRATION[gpu]
+    for comp in ("mm", "saved", "triton"):
+        errs[comp].sort()
+        assert errs[comp][len(errs[comp]) // 2] < 0.05, (comp, errs[comp])

@@ -106,6 +106,10 @@ def fit(records: Sequence[Measurement], base: Optional[dict] = None, fit_alu: bo
     cal = copy.deepcopy(base or cm.CALIBRATION[REFERENCE_GPU])
     bounds = fit_bounds(cal)
     for comp in ("copy", "mm", "triton", "quack"):
+        if comp not in cal:  # a table without this backend (the H100's: no Quack): the reference's start, if timed
+            if not any(_measured(r, comp) is not None for r in records):
+                continue
+            cal[comp] = copy.deepcopy(cm.CALIBRATION[REFERENCE_GPU][comp])
         if comp in ("triton", "quack"):
             for n in TIED:
                 cal[comp][n] = cal["mm"][n]
@@ -409,7 +413,7 @@ def command(quick: bool = False, backends: Optional[Sequence[str]] = None, out: 
     cal = fit(records, base, fit_alu=True)
     for b in ("triton", "quack"):  # a backend without times: the committed constants, else none (not screened)
         if not any(_measured(r, b) is not None for r in records):
-            if gpu in cm.CALIBRATION:
+            if b in cm.CALIBRATION.get(gpu, {}):
                 cal[b] = copy.deepcopy(cm.CALIBRATION[gpu][b])
             else:
                 cal.pop(b, None)

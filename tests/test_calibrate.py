@@ -189,3 +189,24 @@ def test_command_with_a_faked_gpu_writes_a_calibration_the_model_reads(tmp_path,
     assert main(["calibrate", "--quick", "--backends", "triton", "--cache-dir", str(tmp_path / "cache")]) == 0
     cm.clear_calibration_cache()
     assert cm.calibration(H200, str(tmp_path / "cache"))["triton"] == cal["triton"]
+
+
+def test_a_table_without_quack_fits_quack_where_it_was_timed(tmp_path, monkeypatch, capsys):
+    """The committed H100 table has no Quack constants: the command on a (faked) H100 timing Triton alone writes
+    none, and the fit of records with Quack times starts Quack from the reference GPU's table and fits it."""
+    pytest.importorskip("scipy")
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert "quack" not in cm.CALIBRATION[h100]
+    truth = _changed_h200()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: h100)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(selection, "_measure_epilogue",
+                        lambda site, screen, cache_root=None: _model_times(truth, site, screen.backends))
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--quick", "--backends", "triton", "--out", str(out)]) == 0
+    assert "quack" not in cm.read_calibration_file(str(out))
+    fitted = calibrate.fit(_synthetic(truth), cm.CALIBRATION[h100])
+    assert calibrate.errors(fitted, _synthetic(truth))["quack"]
+    assert max(calibrate.errors(fitted, _synthetic(truth))["quack"]) < 0.05

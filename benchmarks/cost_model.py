@@ -690,7 +690,7 @@ def _rounded(v):
 
 
 def _constants_text(cal: dict) -> str:
-    return "\n".join(f'"{k}": {json.dumps(_rounded(cal[k]))},' for k in ("copy", "mm", "triton", "quack"))
+    return "\n".join(f'"{k}": {json.dumps(_rounded(cal[k]))},' for k in ("copy", "mm", "triton", "quack") if k in cal)
 
 
 def main(argv=None) -> None:
@@ -714,7 +714,7 @@ def main(argv=None) -> None:
     if args.json:
         preds = {name: dict((id(r), p) for r, p in pairs) for name, pairs in ev["pairs"].items()}
         out = {"records": [], "summary": ev["summary"], "screens": ev["screens"], "stored_constants": cm.CALIBRATION,
-               "fitted_constants": _rounded({k: ev["fitted"][k] for k in ("copy", "mm", "triton", "quack")})}
+               "fitted_constants": _rounded({k: ev["fitted"][k] for k in ("copy", "mm", "triton", "quack") if k in ev["fitted"]})}
         for r in records:
             d = asdict(r)
             d.update(aux=aux_of(r), speedup=r.speedup, fused_ms=r.fused_ms)

@@ -1,15 +1,12 @@
-# Forty-first session, third call, on the H100: call_b's calibration (the full grid) in each block's cache folder,
-# the blocks' first compiles and step times, and their selections' logged reasons (measured against the cost
-# model's prediction) as H100 records the fit did not see.
+# Forty-first session, third call, on the H100 (name nvidia-h100-x1): with the committed H100 table (call_b's
+# calibration), the blocks' first compiles and step times, and their selections' logged reasons (measured against
+# the cost model's prediction) as H100 records the fit did not see.
 source benchmarks/device_setup.sh
 OUT=${OUT:-/tmp/out}
 SECONDS=0
-CAL=$PWD/benchmarks/results/gpu-2026-12-05b/call_b/calibration_h100.json
 cd /tmp/site/benchmarks
 for block in qwen3_1p7b_layer recsys_ln_tower gemma3_4b_layer; do
   left=$((570 - SECONDS)); [ $left -lt 60 ] && break
-  mkdir -p /tmp/home_c$block/.cache/norm_fusion_inductor/calibration
-  cp $CAL "/tmp/home_c$block/.cache/norm_fusion_inductor/calibration/NVIDIA_H100_80GB_HBM3.json"
   HOME=/tmp/home_c$block TORCHINDUCTOR_CACHE_DIR=/tmp/ind_c$block TRITON_CACHE_DIR=/tmp/tri_c$block \
     timeout $((left < 190 ? left : 190)) python blocks.py --blocks $block --modes inference --rounds 2 --warm-process \
     --random-embeds --backends default norm_fusion --gemm-backends triton --compile-phases > $OUT/${block}.log 2>&1

@@ -150,6 +150,7 @@ class HeadNorm:
     cos: Optional[Node] = None  # [B or 1, L, D] or [L, D]
     sin: Optional[Node] = None
     sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
+    rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's, Cohere's), not halves
     norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
 
     @property
@@ -283,8 +284,16 @@ def _with_rope(head: HeadNorm) -> None:
         candidates.append((normed, (), 2))
     for t, extra, table_dim in candidates:
         found = _rope_of(t, head, table_dim)
+        upcast = _upcast(t)
+        if found is None and upcast is not None:  # computed in fp32, back to the 16-bit dtype (Cohere's)
+            found = _rope_of(upcast, head, table_dim)
+            back = _only_user(found[0]) if found is not None else None
+            if back is None or back.target != PRIMS_CONVERT or back.args[1] != t.meta["val"].dtype:
+                found = None
+            else:
+                found = (back, {*found[1], upcast, back}, *found[2:])
         if found is not None:
-            out, nodes, tables, head.sin_negated = found
+            out, nodes, tables, head.sin_negated, head.rope_interleaved = found
             head.cos, head.sin = tables
             head.nodes = head.nodes | {*extra, *nodes}
             head.output = out
@@ -292,15 +301,32 @@ def _with_rope(head: HeadNorm) -> None:
             return
 
 
+PRIMS_CONVERT = torch.ops.prims.convert_element_type.default
+
+
+def _only_user(node: Node) -> Optional[Node]:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _upcast(t: Node) -> Optional[Node]:
+    """``t``'s only reader where it converts a 16-bit ``t`` to fp32 (RoPE computed in fp32), else None."""
+    u = _only_user(t)
+    if u is None or u.target != PRIMS_CONVERT or u.args[1] != torch.float32:
+        return None
+    return u if t.meta["val"].dtype in (torch.float16, torch.bfloat16) else None
+
+
 def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
-    """(output, nodes, (cos, sin), sin negated) of the rotate-half RoPE of ``t`` (``head``'s [B, H, L, D] output for
-    ``table_dim`` 1, its [B, L, H, D] one for 2, the dim its tables are unsqueezed at), or None."""
+    """(output, nodes, (cos, sin), sin negated, interleaved) of the RoPE of ``t`` (``head``'s [B, H, L, D] output
+    for ``table_dim`` 1, its [B, L, H, D] one for 2, the dim its tables are unsqueezed at), or None. Its rotation:
+    rotate_half over the head's halves, or over neighbouring pairs (GPT-J's rotate_every_two, Cohere's
+    rotate_half: ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``)."""
     D = head.head_dim
     halves = _rotate_half_halves(t, D // 2)
     muls = [u for u in t.users if u.target == aten.mul.Tensor]
     if halves is None or len(muls) != 1:
         return None
-    first, second, split_nodes = halves
+    first, second, split_nodes, interleaved = halves
     if len(first.users) != 1 or len(second.users) != 1:
         return None
     # rotate_half: cat(-x2, x1) (transformers), or cat(x2, -x1) (NanoChat: the rotation by -θ, sin negated)
@@ -308,20 +334,32 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
     neg, kept = (next(iter(first.users)), second) if negated else (next(iter(second.users)), first)
     if neg.target != aten.neg.default or len(neg.users) != 1:
         return None
-    cat = next(iter(neg.users))
-    halves_in_order = [kept, neg] if negated else [neg, kept]
-    if cat.target != aten.cat.default or list(cat.args[0]) != halves_in_order or cat.args[1:] not in ((-1,), (3,)):
+    # interleaved: each member unsqueezed at a new last dim, the pairs concatenated there, then flattened
+    members = [neg, kept] if not interleaved else [_stacked(neg), _stacked(kept)]
+    if any(m is None for m in members):
         return None
-    if len(cat.users) != 1 or next(iter(kept.users)) is not cat:
+    neg_m, kept_m = members
+    cat = next(iter(neg_m.users))
+    halves_in_order = [kept_m, neg_m] if negated else [neg_m, kept_m]
+    dims = ((-1,), (4,)) if interleaved else ((-1,), (3,))
+    if cat.target != aten.cat.default or list(cat.args[0]) != halves_in_order or cat.args[1:] not in dims:
         return None
-    mul_sin, mul_cos = next(iter(cat.users)), muls[0]
+    if len(cat.users) != 1 or next(iter(kept_m.users)) is not cat:
+        return None
+    rotated = cat
+    if interleaved:  # the [..., D/2, 2] pairs back to [..., D]
+        rotated = next(iter(cat.users))
+        if rotated.target not in VIEW_OPS or len(rotated.users) != 1 or \
+                tuple(rotated.meta["val"].shape) != tuple(t.meta["val"].shape):
+            return None
+    mul_sin, mul_cos = next(iter(rotated.users)), muls[0]
     if mul_sin.target != aten.mul.Tensor or len(mul_sin.users) != 1 or len(mul_cos.users) != 1:
         return None
     out = next(iter(mul_sin.users))
     if out.target != aten.add.Tensor or set(out.args) != {mul_cos, mul_sin} or out is not next(iter(mul_cos.users)):
         return None
     cos_u = next((a for a in mul_cos.args if a is not t), None)
-    sin_u = next((a for a in mul_sin.args if a is not cat), None)
+    sin_u = next((a for a in mul_sin.args if a is not rotated), None)
     tables = []
     B, L = head.view.meta["val"].shape[:2]
     for u in (cos_u, sin_u):
@@ -339,18 +377,34 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
         if not batch_ok or not _same_size(tshape[-2], L) or tshape[-1] != D:
             return None
         tables.append(table)
-    return out, {*split_nodes, neg, cat, mul_sin, mul_cos, out}, tables, negated
+    nodes = {*split_nodes, neg, cat, rotated, mul_sin, mul_cos, out, *(members if interleaved else ())}
+    return out, nodes, tables, negated, interleaved
+
+
+def _stacked(node: Node) -> Optional[Node]:
+    """``node``'s only reader where it unsqueezes a new last dim (``torch.stack(..., -1)`` decomposed), else None."""
+    u = _only_user(node)
+    rank = len(node.meta["val"].shape)
+    if u is None or u.target != aten.unsqueeze.default or u.args[1] not in (-1, rank) or len(u.users) != 1:
+        return None
+    return u
 
 
 def _rotate_half_halves(t: Node, half: int) -> Optional[tuple]:
-    """(first, second, nodes) of rotate_half's two halves of ``t``'s last dim, where ``t``'s only other reader is
-    the ``t·cos`` product: two slices (transformers' form) or one split (``x.chunk(2, -1)``) and its getitems."""
-    slices = {(u.args[2], u.args[3]): u for u in t.users
-              if u.target == aten.slice.Tensor and len(u.args) == 4 and u.args[1] in (3, -1)}
-    first = slices.get((0, half))
-    second = next((u for (start, _), u in slices.items() if start == half), None)
+    """(first, second, nodes, interleaved) of the rotation's two members of ``t``'s last dim, where ``t``'s only
+    other reader is the ``t·cos`` product: two slices (transformers' form), one split (``x.chunk(2, -1)``) and its
+    getitems, or (interleaved) the even and odd columns, two slices with step 2."""
+    slices = {(u.args[2], u.args[3], u.args[4] if len(u.args) > 4 else 1): u for u in t.users
+              if u.target == aten.slice.Tensor and len(u.args) in (4, 5) and u.args[1] in (3, -1)}
+    first = slices.get((0, half, 1))
+    second = next((u for (start, _, step), u in slices.items() if start == half and step == 1), None)
     if first is not None and second is not None and len(t.users) == 3:
-        return first, second, (first, second)
+        return first, second, (first, second), False
+    even = next((u for (start, _, step), u in slices.items() if start == 0 and step == 2), None)
+    odd = next((u for (start, _, step), u in slices.items() if start == 1 and step == 2), None)
+    if even is not None and odd is not None and len(t.users) == 3 and \
+            even.meta["val"].shape[-1] == odd.meta["val"].shape[-1] == half:
+        return even, odd, (even, odd), True
     splits = [u for u in t.users if u.target in (aten.split.Tensor, aten.split_with_sizes.default)
               and tuple(u.args[2:3] or (0,))[0] in (3, -1)
               and (u.args[1] == half or isinstance(u.args[1], (list, tuple)) and list(u.args[1]) == [half, half])]
@@ -359,7 +413,7 @@ def _rotate_half_halves(t: Node, half: int) -> Optional[tuple]:
     items = {u.args[1]: u for u in splits[0].users if u.target is operator.getitem}
     if set(items) != {0, 1} or len(splits[0].users) != 2:
         return None
-    return items[0], items[1], (splits[0], items[0], items[1])
+    return items[0], items[1], (splits[0], items[0], items[1]), False
 
 
 # --- inserting traced torch code into the graph ------------------------------------------------------------------
@@ -570,6 +624,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         fold_bytes=fold_passes * n * K * x_val.element_size(),
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),
+                                        rope_interleaved=bool(rw.head and rw.head.rope_interleaved),
                                         head_norm=bool(rw.head is None or rw.head.has_norm),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
@@ -698,7 +753,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                 head_weight = torch.ones(D, device=x.device, dtype=x.dtype)
             tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
-                                          rope_sin=tables[1])
+                                          rope_sin=tables[1], rope_interleaved=head.rope_interleaved)
             if head_eps is None:
                 on["head_eps"] = head.eps
             else:  # a graph input (dynamic shapes): the kernel reads it

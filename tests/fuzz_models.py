@@ -147,8 +147,11 @@ class PreNormBlock(nn.Module):
 
 
 def rotate_half(x, form: str):
-    """transformers' rotate-half (slices), the same with chunk (a split in the graph), or NanoChat's with the
-    signs swapped (``flipped``: the rotation by -θ)."""
+    """transformers' rotate-half (slices), the same with chunk (a split in the graph), NanoChat's with the signs
+    swapped (``flipped``: the rotation by -θ), or the neighbouring pairs' (``interleaved``: GPT-J's
+    rotate_every_two, Cohere's rotate_half)."""
+    if form == "interleaved":
+        return torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
     x1, x2 = x.chunk(2, -1) if form == "chunk" else (x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:])
     return torch.cat((x2, -x1), -1) if form == "flipped" else torch.cat((-x2, x1), -1)
 
@@ -164,12 +167,13 @@ class PreNormAttention(nn.Module):
     Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form), after the heads' transpose or,
     ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); ``qk_norm``
     "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's), "weighted_after_rope" one with a
-    weight (HunYuan's). A 2-D input is one sequence."""
+    weight (HunYuan's). ``rope_in_fp32``: q and k rotated in fp32 and cast back (Cohere's). A 2-D input is one
+    sequence."""
 
-    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False):
+    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False, rope_in_fp32=False):
         super().__init__()
         self.norm, self.heads, self.head_dim, self.rope = norm, d // head_dim, head_dim, rope
-        self.rope_before_transpose = rope_before_transpose
+        self.rope_before_transpose, self.rope_in_fp32 = rope_before_transpose, rope_in_fp32
         self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
         self.o = nn.Linear(d, d, bias=bias)
         weighted = qk_norm is True or qk_norm == "weighted_after_rope"
@@ -186,7 +190,7 @@ class PreNormAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
-            angles = torch.cat((angles, angles), -1)
+            angles = angles.repeat_interleave(2, -1) if self.rope == "interleaved" else torch.cat((angles, angles), -1)
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
             if self.rope_before_transpose:  # [1, tokens, 1, head_dim] against [..., tokens, heads, head_dim]
                 cos, sin = cos[None].unsqueeze(2), sin[None].unsqueeze(2)
@@ -194,7 +198,11 @@ class PreNormAttention(nn.Module):
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
         if self.rope and not self.rope_before_transpose:
+            dtype = q.dtype
+            if self.rope_in_fp32:
+                q, k = q.float(), k.float()
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+            q, k = q.to(dtype), k.to(dtype)
         if self.norm_after_rope and self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.norm_after_rope:
@@ -249,7 +257,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
                 head_dim=rng.choice(head_dims), qk_norm=_qk_norm(rng.random()),
-                rope=rng.choice([None, "slice", "chunk", "flipped"]),
+                rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),

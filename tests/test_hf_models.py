@@ -138,10 +138,11 @@ def test_every_norm_site_fused_or_explained(family, train):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("family", ["llama", "olmo2", "bert"])
+@pytest.mark.parametrize("family", ["llama", "olmo2", "bert", "cohere"])
 def test_bf16_inference_matches_float64(family):
     """In bf16 every norm site is rewritten as in fp32 (OLMo2's weight applied before the downcast is a form of
-    its own in 16-bit models; BERT's post-norm LayerNorms) and the output matches float64."""
+    its own in 16-bit models; BERT's post-norm LayerNorms; Cohere's interleaved RoPE, computed in fp32 and cast
+    back, in the q/k projections' epilogue as Llama's rotate-half) and the output matches float64."""
     torch.manual_seed(0)
     model = hf_models.tiny_model(family, layers=1)
     _norm_weights_away_from_init(model)
@@ -156,9 +157,11 @@ def test_bf16_inference_matches_float64(family):
         out = torch.compile(model, backend="norm_fusion", options=ALWAYS)(**inputs).logits
         ref64 = model64(**inputs).logits
         eager = model(**inputs).logits
-    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm") or isinstance(m, torch.nn.LayerNorm)]
+    norms = [m for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))]
     assert all(s.rewritten for s in nfi.reports()) and len(nfi.reports()) == len(norms), \
         [s.line() for s in nfi.reports()]
+    rope = sum("RoPE in the epilogue" in s.reason for s in nfi.reports())
+    assert rope == (family in ("llama", "cohere")), [s.line() for s in nfi.reports()]
     assert rel_err(out, ref64) < max(2e-2, 1.5 * rel_err(eager, ref64))
     torch._dynamo.reset()
 

@@ -130,11 +130,12 @@ def test_statistics_of_tiles_two_segments_wide(stats):
             assert rel(mean, zs.mean(-1)) < 1e-5
 
 
-def _rotary_tables(positions, head_dim, device):
-    """cos, sin [len(positions), head_dim] as transformers' rotary embedding makes them (the halves repeated)."""
+def _rotary_tables(positions, head_dim, device, interleaved=False):
+    """cos, sin [len(positions), head_dim] as transformers' rotary embedding makes them (the halves repeated; or,
+    ``interleaved``, each frequency twice in a row, as Cohere's)."""
     inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     freqs = positions.double()[:, None] * inv[None, :]
-    emb = torch.cat([freqs, freqs], -1)
+    emb = freqs.repeat_interleave(2, -1) if interleaved else torch.cat([freqs, freqs], -1)
     return emb.cos().to(device), emb.sin().to(device)
 
 
@@ -142,16 +143,19 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm", [
-    (True, False, False, True), (False, False, False, True), (True, True, False, True), (True, False, True, True),
-    (True, False, False, False)], ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone"])
-def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm):
+@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved", [
+    (True, False, False, True, False), (False, False, False, True, False), (True, True, False, True, False),
+    (True, False, True, True, False), (True, False, False, False, False), (True, True, False, True, True),
+    (True, False, False, False, True)],
+    ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone", "interleaved_aux", "interleaved_alone"])
+def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm,
+                                              interleaved):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
     before the per-head norm is stored too, for the norm's backward. ``eps_tensor``: eps as dynamic shapes pass
     it, a 0-d fp64 tensor on the host, which the kernel reads. ``head_norm`` off (no head weight): RoPE alone,
-    as Llama's q and k."""
+    as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form)."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
         N = heads * head_dim
@@ -159,16 +163,17 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
         rstd = torch.rand(M, device=DEVICE) + 0.5
         head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype) if head_norm else None
-        cos, sin = _rotary_tables(torch.arange(M) % 29, head_dim, DEVICE) if rope else (None, None)
+        cos, sin = _rotary_tables(torch.arange(M) % 29, head_dim, DEVICE, interleaved) if rope else (None, None)
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
-        epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm)
+        epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm,
+                               rope_interleaved=interleaved)
         assert eg.unsupported_reason(a, w, False, epilogue) is None
         eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
         eps = dict(head_eps_tensor=torch.tensor(eps_value, dtype=torch.float64)) if eps_tensor else dict(
             head_eps=eps_value)
         out, aux, _ = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", write_aux,
                                               "none", False, head_dim=head_dim, head_weight=head_weight,
-                                              rope_cos=cos, rope_sin=sin, **eps)
+                                              rope_cos=cos, rope_sin=sin, rope_interleaved=interleaved, **eps)
         z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
         if write_aux:
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
@@ -176,9 +181,12 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
             assert aux.numel() == 0
         if head_norm:
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
-        if rope:
+        if rope and interleaved:
+            rotated = torch.stack([-z[..., 1::2], z[..., 0::2]], -1).flatten(-2)
+        elif rope:
             half = head_dim // 2
             rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
+        if rope:
             z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
         assert not out.isnan().any(), "an output element was not written"
         assert rel(out, z.reshape(M, N)) < tol(dtype), (M, K, heads, head_dim, rel(out, z.reshape(M, N)))
@@ -893,11 +901,13 @@ def test_qk_norm_and_rope_with_a_padding_mask_and_a_kv_cache():
             assert len(qk) == 1 and qk[0].shape[0] == step_ids.numel(), [s.line() for s in nfi.reports()]
 
 
-@pytest.mark.parametrize("form, before_transpose", [("slice", False), ("chunk", False), ("slice", True)])
+@pytest.mark.parametrize("form, before_transpose", [("slice", False), ("chunk", False), ("slice", True),
+                                                    ("interleaved", False), ("interleaved", True)])
 def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_transpose):
-    """rotate_half as transformers writes it (two slices) and as ``x.chunk(2, -1)`` (a split in the graph), after
-    the heads' transpose or before it (Gemma 4's): each takes the QK-norm + RoPE into the q/k projections'
-    epilogue, output as eager's (inference)."""
+    """rotate_half as transformers writes it (two slices), as ``x.chunk(2, -1)`` (a split in the graph) and over
+    neighbouring pairs (GPT-J's and Cohere's: strided slices stacked), after the heads' transpose or before it
+    (Gemma 4's): each takes the QK-norm + RoPE into the q/k projections' epilogue, output as eager's
+    (inference)."""
     torch.manual_seed(7)
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
     model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6,
@@ -915,6 +925,28 @@ def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_tra
         assert rel(out, model(x)) < 1e-5
     qk = [s for s in nfi.reports() if s.rewritten and "QK-norm + RoPE in the epilogue" in s.reason]
     assert len(qk) == 1, [s.line() for s in nfi.reports()]
+
+
+@pytest.mark.parametrize("rope", ["slice", "interleaved"])
+def test_rope_computed_in_fp32_of_a_16_bit_model_runs_in_the_epilogue(rope):
+    """RoPE of 16-bit q and k upcast to fp32 and cast back (Cohere's ``apply_rotary_pos_emb``): the epilogue,
+    which rotates in fp32 and writes the 16-bit output, takes it (RoPE alone after the projection); output as
+    float64's within eager's error."""
+    torch.manual_seed(3)
+    dtype = torch.bfloat16 if CUDA else torch.float16  # the interpreter's tl.dot is wrong in bf16
+    model = fuzz_models.PreNormAttention(nn.RMSNorm(32, eps=1e-6), 32, 16, qk_norm=False, rope=rope, bias=False,
+                                         eps=1e-6, rope_in_fp32=True).to(DEVICE)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    model64 = copy.deepcopy(model).double()
+    model = model.to(dtype)
+    nfi.clear_reports()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="norm_fusion", options=REGROUPED)(x.to(dtype))
+        eager, ref = model(x.to(dtype)), model64(x.double())
+    assert rel(out, ref) < max(2 * rel(eager, ref), 1e-3)
+    taken = [s for s in nfi.reports() if s.rewritten and "RoPE in the epilogue" in s.reason]
+    assert len(taken) == 1, [s.line() for s in nfi.reports()]
 
 
 @pytest.mark.parametrize("qk_norm, rope", [("after_rope", "flipped"), ("weighted_after_rope", "slice")],

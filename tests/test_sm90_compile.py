@@ -255,6 +255,12 @@ def _epilogue_gemm(eg):
             tables = _empty(M, head_dim)
             eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True),
                       scale=rows, head_norm=eg.HeadNorm(_empty(head_dim), 1e-6, tables, tables))
+    # RoPE's interleaved form (GPT-J's, Cohere's), alone and after the norm with training's aux store
+    for head_norm, aux in ((False, None), (True, _empty(M, N))):
+        eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=aux, scale=rows,
+                  epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, head_norm=head_norm,
+                                       rope_interleaved=True, write_aux=aux is not None),
+                  head_norm=eg.HeadNorm(_empty(128) if head_norm else None, 1e-6, _empty(M, 128), _empty(M, 128)))
     # its eps read from a tensor (a graph input under dynamic shapes)
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
               scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),

@@ -13,8 +13,9 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``HEAD_DIM`` — a per-head RMSNorm of the projection's output (QK-norm: q and k of Qwen3-style attention), each
   head being HEAD_DIM consecutive columns (a BLOCK_N tile holds whole heads): z = z·rsqrt(mean_head(z²) + eps)·w[d];
   with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
-  (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m). ``HEAD_NORM`` off: the rotary
-  embedding alone (a Llama-style q/k projection, no QK-norm).
+  (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m); ``ROPE_INTERLEAVED``: the pairs are
+  (z[2i], z[2i+1]) instead, rotate(z)[2i] = −z[2i+1], rotate(z)[2i+1] = z[2i] (GPT-J's and Cohere's form).
+  ``HEAD_NORM`` off: the rotary embedding alone (a Llama-style q/k projection, no QK-norm).
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
@@ -88,16 +89,19 @@ def _add_columns(acc, vec_ptr, offs_n, N):
 
 
 @triton.jit
-def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr):
-    """The first and second half of each head: [BLOCK_M, G, D] → two [BLOCK_M, G, D/2]."""
+def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """The two members of each head's rotation pairs: its first and second half, or (INTERLEAVED) its even and
+    odd columns: [BLOCK_M, G, D] → two [BLOCK_M, G, D/2]."""
+    if INTERLEAVED:
+        return tl.split(tl.reshape(z, (BLOCK_M, G, D // 2, 2)))
     return tl.split(tl.permute(tl.reshape(z, (BLOCK_M, G, 2, D // 2)), (0, 1, 3, 2)))
 
 
 @triton.jit
 def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.constexpr, ROPE: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+               INTERLEAVED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
     """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
-    z·cos + rotate_half(z)·sin."""
+    z·cos + rotate(z)·sin, the pairs halves or (INTERLEAVED) neighbours."""
     G: tl.constexpr = BLOCK_N // D
     z = tl.reshape(z, (BLOCK_M, G, D))
     d = tl.arange(0, D)
@@ -107,10 +111,14 @@ def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.co
     if ROPE:
         rows = offs_m[:, None] * D + d[None, :]
         inside = (offs_m < M)[:, None]
-        cos1, cos2 = _head_halves(tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D)
-        sin1, sin2 = _head_halves(tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D)
-        x1, x2 = _head_halves(z, BLOCK_M, G, D)
-        z = tl.permute(tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2), (0, 1, 3, 2))
+        cos1, cos2 = _head_halves(tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D,
+                                  INTERLEAVED)
+        sin1, sin2 = _head_halves(tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D,
+                                  INTERLEAVED)
+        x1, x2 = _head_halves(z, BLOCK_M, G, D, INTERLEAVED)
+        z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
+        if not INTERLEAVED:
+            z = tl.permute(z, (0, 1, 3, 2))
     return tl.reshape(z, (BLOCK_M, BLOCK_N))
 
 
@@ -287,6 +295,7 @@ def epilogue_gemm_kernel(
     HEAD_NORM: tl.constexpr,  # with HEAD_DIM: the per-head RMSNorm (off: the rotary embedding alone)
     EPS_FROM_PTR: tl.constexpr,  # the norm's eps (per-head or post-norm) read from norm_eps_ptr, not norm_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
+    ROPE_INTERLEAVED: tl.constexpr,  # its pairs neighbouring columns, not halves
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     POST_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of z over whole rows (N <= BLOCK_N)
@@ -369,8 +378,8 @@ def epilogue_gemm_kernel(
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
             eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
-            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE, BLOCK_M,
-                             BLOCK_N, HEAD_DIM)
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE,
+                             ROPE_INTERLEAVED, BLOCK_M, BLOCK_N, HEAD_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
             if RESIDUAL_NORM != 0:
@@ -438,6 +447,7 @@ class Epilogue:
     norm_backward: str = "none"  # "none" | "rms": the pre-norm's backward on its consumer's dgrad
     head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
     rope: bool = False  # the rotary embedding after the per-head norm
+    rope_interleaved: bool = False  # with rope: pairs of neighbouring columns (GPT-J's form), not halves
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
     post_norm: str = "none"  # "none" | "rms" | "ln": the norm of z over whole rows (N <= MAX_POST_NORM_N)
     residual_after: bool = False  # with post_norm: a residual added after the norm
@@ -465,6 +475,8 @@ class Epilogue:
             raise ValueError(f"epilogue head_dim: {head_dim_problem(self.head_dim)}")
         if self.rope and not self.head_dim:
             raise ValueError("the rotary embedding follows the per-head norm: rope needs head_dim")
+        if self.rope_interleaved and not self.rope:
+            raise ValueError("rope_interleaved is a form of the rotary embedding: it needs rope")
         if not self.head_norm and not (self.head_dim and self.rope):
             raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
@@ -704,6 +716,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
+        ROPE_INTERLEAVED=epilogue.rope_interleaved,
         EPS_FROM_PTR=isinstance(eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,

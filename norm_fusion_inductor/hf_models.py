@@ -62,6 +62,15 @@ def _gemma4(t, hidden, layers):
                     vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=hidden // 4)
 
 
+def _llama4(t, hidden, layers):
+    """Llama 4's text model: RoPE as complex numbers on the [B, L, H, D] view, then a per-head RMSNorm without
+    weight (L2Norm), both before the heads' transpose; mixture-of-experts MLPs (2 experts, 1 per token) with a
+    shared expert."""
+    return _decoder(t.Llama4ForCausalLM, t.Llama4TextConfig, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, num_local_experts=2, num_experts_per_tok=1,
+                    intermediate_size_mlp=2 * hidden, pad_token_id=0)
+
+
 def _nanochat(t, hidden, layers):
     """RMSNorm without weight everywhere; RoPE with rotate_half's signs swapped, then a per-head norm of q and k
     (no weight) after it; relu² MLP; an embedding norm before the layers."""
@@ -118,8 +127,8 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "hunyuan": _hunyuan, "nanochat": _nanochat, "olmo2": _olmo2,
-                                 "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "hunyuan": _hunyuan, "llama4": _llama4, "nanochat": _nanochat,
+                                 "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -151,6 +151,7 @@ class HeadNorm:
     sin: Optional[Node] = None
     sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
     rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's, Cohere's), not halves
+    rope_complex: bool = False  # the pairs as complex numbers (Llama 4): ``cos`` the complex table, ``sin`` None
     norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
 
     @property
@@ -216,10 +217,10 @@ def _read_only_inside(head: HeadNorm, backward) -> bool:
 
 
 def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
-    """The rotate-half RoPE of the projection's [B, L, H, D] view right after its transpose, with no per-head
-    norm (Llama's q and k), as a HeadNorm without weight; None where there is none or its nodes are read
-    elsewhere than by the ``backward`` nodes."""
-    if len(view.users) != 1 or not _is_head_transpose(next(iter(view.users))):
+    """The RoPE of the projection's [B, L, H, D] view, right after its transpose (Llama's q and k) or before it
+    (Llama 4's), with no per-head norm before it, as a HeadNorm without weight; None where there is none or its
+    nodes are read elsewhere than by the ``backward`` nodes."""
+    if len(view.users) != 1:
         return None
     head = HeadNorm(view, None, 0.0, view, frozenset([view]), transposed=False)
     _with_rope(head)
@@ -293,7 +294,7 @@ def _with_rope(head: HeadNorm) -> None:
             else:
                 found = (back, {*found[1], upcast, back}, *found[2:])
         if found is not None:
-            out, nodes, tables, head.sin_negated, head.rope_interleaved = found
+            out, nodes, tables, head.sin_negated, head.rope_interleaved, head.rope_complex = found
             head.cos, head.sin = tables
             head.nodes = head.nodes | {*extra, *nodes}
             head.output = out
@@ -322,6 +323,9 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
     rotate_half over the head's halves, or over neighbouring pairs (GPT-J's rotate_every_two, Cohere's
     rotate_half: ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``)."""
     D = head.head_dim
+    complex_form = _complex_rope_of(t, head, table_dim)
+    if complex_form is not None:
+        return complex_form
     halves = _rotate_half_halves(t, D // 2)
     muls = [u for u in t.users if u.target == aten.mul.Tensor]
     if halves is None or len(muls) != 1:
@@ -360,25 +364,51 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
         return None
     cos_u = next((a for a in mul_cos.args if a is not t), None)
     sin_u = next((a for a in mul_sin.args if a is not rotated), None)
-    tables = []
-    B, L = head.view.meta["val"].shape[:2]
-    for u in (cos_u, sin_u):
-        if not isinstance(u, Node):
-            return None
-        # [B|1, L, D] unsqueezed at table_dim; or, on [B, H, L, D], a table that broadcasts over heads as it is,
-        # [L, D] or [1, L, D] (the consumer expands either to [B, L, D])
-        unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == table_dim
-        table = u.args[0] if unsqueezed else u
-        tshape = table.meta["val"].shape
-        if table_dim == 2 and not unsqueezed:
-            return None
-        batch_ok = (_same_size(tshape[0], 1) or unsqueezed and _same_size(tshape[0], B)) if len(tshape) == 3 else \
-            len(tshape) == 2 and not unsqueezed
-        if not batch_ok or not _same_size(tshape[-2], L) or tshape[-1] != D:
-            return None
-        tables.append(table)
+    tables = [_rope_table(u, head, table_dim, D) for u in (cos_u, sin_u)]
+    if None in tables:
+        return None
     nodes = {*split_nodes, neg, cat, rotated, mul_sin, mul_cos, out, *(members if interleaved else ())}
-    return out, nodes, tables, negated, interleaved
+    return out, nodes, tables, negated, interleaved, False
+
+
+def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]:
+    """The table RoPE multiplies by, from the node ``u`` it reads: [B|1, L, width] unsqueezed at ``table_dim``; or,
+    on [B, H, L, D], one that broadcasts over heads as it is, [L, width] or [1, L, width] (the consumer expands
+    either to [B, L, width]); None for anything else."""
+    if not isinstance(u, Node):
+        return None
+    B, L = head.view.meta["val"].shape[:2]
+    unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == table_dim
+    table = u.args[0] if unsqueezed else u
+    tshape = table.meta["val"].shape
+    if table_dim == 2 and not unsqueezed:
+        return None
+    batch_ok = (_same_size(tshape[0], 1) or unsqueezed and _same_size(tshape[0], B)) if len(tshape) == 3 else \
+        len(tshape) == 2 and not unsqueezed
+    return table if batch_ok and _same_size(tshape[-2], L) and tshape[-1] == width else None
+
+
+def _complex_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
+    """``_rope_of`` for RoPE as complex numbers (Llama 4's): view_as_real(view_as_complex(t.reshape(..., D/2, 2)) ·
+    freqs[:, :, None, :]).flatten(3), freqs [B|1, L, D/2] complex. Each pair (t[2i], t[2i+1]) is one complex
+    number, so it is the interleaved RoPE with cos, sin the real and imaginary parts of freqs (the table returned,
+    with None for sin)."""
+    D = head.head_dim
+    pairs = _only_user(t)
+    if pairs is None or pairs.target not in VIEW_OPS or tuple(pairs.meta["val"].shape[-2:]) != (D // 2, 2):
+        return None
+    cplx = _only_user(pairs)
+    mul = _only_user(cplx) if cplx is not None and cplx.target == aten.view_as_complex.default else None
+    if mul is None or mul.target != aten.mul.Tensor:
+        return None
+    real = _only_user(mul)
+    out = _only_user(real) if real is not None and real.target == aten.view_as_real.default else None
+    if out is None or out.target not in VIEW_OPS or tuple(out.meta["val"].shape) != tuple(t.meta["val"].shape):
+        return None
+    table = _rope_table(next((a for a in mul.args if a is not cplx), None), head, table_dim, D // 2)
+    if table is None or not table.meta["val"].is_complex():
+        return None
+    return out, {pairs, cplx, mul, real, out}, (table, None), False, True, True
 
 
 def _stacked(node: Node) -> Optional[Node]:
@@ -745,6 +775,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         shift = (rstd * mean).reshape(-1).float() if norm == "ln" else None
         activation, on = rw.activation, dict(backend=backend)
         if head is not None:  # q/k: the per-head norm and RoPE too (Triton only: Quack has no such piece)
+            if head.rope_complex:  # freqs [.., D/2] complex: its real and imaginary parts, once per pair member
+                parts = torch.view_as_real(cos)
+                cos, sin = (parts[..., i].repeat_interleave(2, -1) for i in (0, 1))
             if head.sin_negated:
                 sin = torch.neg(sin)
             if head.norm_after_rope:  # γ·RoPE(n) = n·(γ·cos) + rotate_half(n)·(γ·sin): γ into the tables

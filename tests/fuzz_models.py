@@ -149,7 +149,7 @@ class PreNormBlock(nn.Module):
 def rotate_half(x, form: str):
     """transformers' rotate-half (slices), the same with chunk (a split in the graph), NanoChat's with the signs
     swapped (``flipped``: the rotation by -θ), or the neighbouring pairs' (``interleaved``: GPT-J's
-    rotate_every_two, Cohere's rotate_half)."""
+    rotate_every_two, Cohere's rotate_half). (``complex``, Llama 4's: ``complex_rope``.)"""
     if form == "interleaved":
         return torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
     x1, x2 = x.chunk(2, -1) if form == "chunk" else (x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:])
@@ -188,27 +188,44 @@ class PreNormAttention(nn.Module):
         q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
         if self.q_norm is not None and not self.norm_after_rope:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope:
+        if self.rope == "complex":  # Llama 4's: before the transpose, its norm too
+            angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
+            freqs = torch.polar(torch.ones_like(angles), angles)
+            freqs = freqs[None, :, None, :] if x.dim() == 3 else freqs[:, None, :]
+            q, k = complex_rope(q, freqs), complex_rope(k, freqs)
+            q, k = self._norm_after_rope(q, k)
+        elif self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
             angles = angles.repeat_interleave(2, -1) if self.rope == "interleaved" else torch.cat((angles, angles), -1)
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
             if self.rope_before_transpose:  # [1, tokens, 1, head_dim] against [..., tokens, heads, head_dim]
                 cos, sin = cos[None].unsqueeze(2), sin[None].unsqueeze(2)
-        if self.rope and self.rope_before_transpose:
+        if self.rope and self.rope != "complex" and self.rope_before_transpose:
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
-        if self.rope and not self.rope_before_transpose:
+        if self.rope and self.rope != "complex" and not self.rope_before_transpose:
             dtype = q.dtype
             if self.rope_in_fp32:
                 q, k = q.float(), k.float()
             q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
             q, k = q.to(dtype), k.to(dtype)
-        if self.norm_after_rope and self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        elif self.norm_after_rope:
-            q, k = unit_rms_norm(q, self.eps), unit_rms_norm(k, self.eps)
+        if self.rope != "complex":
+            q, k = self._norm_after_rope(q, k)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return x + self.o(o.transpose(-2, -3).reshape(x.shape))
+
+    def _norm_after_rope(self, q, k):
+        if self.norm_after_rope and self.q_norm is not None:
+            return self.q_norm(q), self.k_norm(k)
+        if self.norm_after_rope:
+            return unit_rms_norm(q, self.eps), unit_rms_norm(k, self.eps)
+        return q, k
+
+
+def complex_rope(x, freqs):
+    """Llama 4's RoPE: each pair (x[2i], x[2i+1]) a complex number, times freqs, in fp32, back to x's dtype."""
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * freqs).flatten(-2).type_as(x)
 
 
 class PostNormBlock(nn.Module):
@@ -257,7 +274,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
                 head_dim=rng.choice(head_dims), qk_norm=_qk_norm(rng.random()),
-                rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved"]),
+                rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved", "complex"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),

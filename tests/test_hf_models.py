@@ -48,18 +48,23 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     go into the q/k projections' epilogue all the same. Its embedding norm feeds only the first layer's norm.
 # hunyuan: as llama, with per-head q/k norms (with weight) after RoPE: into the q/k projections' epilogue, the
 #     weight folded into RoPE's tables.
+# llama4: RoPE as complex numbers and a weightless per-head norm after it, both before the heads' transpose: into
+#     the q/k projections' epilogue (the interleaved RoPE); the norm after attention feeds the mixture of experts
+#     (its router and grouped experts: no consumer the regrouped family takes), so the post-norm family fuses it
+#     into the attention output's GEMM with the residual.
 # The per-head q/k norms (QK-norm) go into the q/k projections' epilogues (QK_NORMS per family), in training too
 # (the epilogue then also writes the projection's output for the norm's backward).
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
             "gemma4": {"regrouped_norm": 5, "matmul_norm": 6}, "hunyuan": {"regrouped_norm": 5},
+            "llama4": {"regrouped_norm": 3, "matmul_norm": 2},
             "nanochat": {"regrouped_norm": 5},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
             "cohere": {"regrouped_norm": 3},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
-# regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan: RoPE + QK-norm) in the epilogue
-QK_NORMS = {"gemma3": 2, "gemma4": 2, "hunyuan": 2, "nanochat": 2, "qwen3": 2}
+# regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan, llama4: RoPE + QK-norm) in the epilogue
+QK_NORMS = {"gemma3": 2, "gemma4": 2, "hunyuan": 2, "llama4": 2, "nanochat": 2, "qwen3": 2}
 # sites no family fuses, each with the start of its reason
 UNFUSED = {"gemma4": {("qk_norm", "feeds attention as its values"): 2,
                       ("standalone", "feeds no matmul or attention"): 1},
@@ -101,7 +106,8 @@ def _assert_gradients_match(model, out, ref, where) -> None:
                          ids=[f"{'training' if train else 'inference'}-{family}" for family, train in CASES])
 def test_every_norm_site_fused_or_explained(family, train):
     torch.manual_seed(0)
-    newer = {"gemma4": "Gemma4ForCausalLM", "hunyuan": "HunYuanDenseV1ForCausalLM", "nanochat": "NanoChatForCausalLM"}
+    newer = {"gemma4": "Gemma4ForCausalLM", "hunyuan": "HunYuanDenseV1ForCausalLM",
+             "llama4": "Llama4ForCausalLM", "nanochat": "NanoChatForCausalLM"}
     if family in newer and not hasattr(transformers, newer[family]):
         pytest.skip(f"transformers {transformers.__version__} has no {family}")
     model = hf_models.tiny_model(family)

@@ -949,13 +949,16 @@ def test_rope_computed_in_fp32_of_a_16_bit_model_runs_in_the_epilogue(rope):
     assert len(taken) == 1, [s.line() for s in nfi.reports()]
 
 
-@pytest.mark.parametrize("qk_norm, rope", [("after_rope", "flipped"), ("weighted_after_rope", "slice")],
-                         ids=["weightless-flipped", "weighted"])
+@pytest.mark.parametrize("qk_norm, rope", [("after_rope", "flipped"), ("weighted_after_rope", "slice"),
+                                           ("after_rope", "complex")],
+                         ids=["weightless-flipped", "weighted", "complex"])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 def test_qk_norm_after_rope_runs_in_the_epilogue(train, qk_norm, rope):
-    """A per-head RMSNorm after RoPE: NanoChat's (no weight; rotate_half written cat(x2, -x1), sin negated) and
-    HunYuan's (a weight, applied after the rotation: folded into cos and sin). A rotation keeps each head's sum
-    of squares, so the q/k projections' epilogue takes both; output and gradients as eager's."""
+    """A per-head RMSNorm after RoPE: NanoChat's (no weight; rotate_half written cat(x2, -x1), sin negated),
+    HunYuan's (a weight, applied after the rotation: folded into cos and sin) and Llama 4's (no weight; RoPE as
+    complex numbers, both before the heads' transpose: the interleaved RoPE with freqs' real and imaginary parts).
+    A rotation keeps each head's sum of squares, so the q/k projections' epilogue takes each; output and
+    gradients as eager's."""
     torch.manual_seed(11)
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
     model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=qk_norm, rope=rope, bias=False,

@@ -1,13 +1,14 @@
 # Forty-first session, third call, on the H100 (name nvidia-h100-x1): with the committed H100 table (call_b's
 # calibration), the blocks' first compiles and step times, and their selections' logged reasons (measured against
 # the cost model's prediction) as H100 records the fit did not see.
-# First the GPU tests of the interleaved RoPE (ROPE_INTERLEAVED) and of RoPE computed in fp32 (Cohere's), written
-# after the device paused.
+# First the GPU tests of the interleaved RoPE (ROPE_INTERLEAVED), of RoPE computed in fp32 (Cohere's) and of
+# Llama 4's complex-number RoPE, written after the device paused.
 source benchmarks/device_setup.sh
 OUT=${OUT:-/tmp/out}
 SECONDS=0
 timeout 170 python -m pytest tests/test_regrouped.py tests/test_hf_models.py -q -p no:cacheprovider \
-  -k "per_head_norm_and_rope_match or rope_written or rope_computed_in_fp32 or bf16" > $OUT/interleaved.log 2>&1
+  -k "per_head_norm_and_rope_match or rope_written or rope_computed_in_fp32 or bf16 or qk_norm_after_rope or llama4" \
+  > $OUT/interleaved.log 2>&1
 echo "== interleaved RoPE tests (rc $?, ${SECONDS} s)"; tail -1 $OUT/interleaved.log | cut -c1-200
 grep -h "^FAILED\|^ERROR\|^E  " $OUT/interleaved.log | head -12 | cut -c1-300
 cd /tmp/site/benchmarks

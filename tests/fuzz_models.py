@@ -347,9 +347,9 @@ def check_case(case: dict, device: str) -> collections.Counter:
 def _compare(compiled, modules, x, case) -> list:
     """One call of the compiled model against float64 and eager: the output and, in training, the input's and
     every parameter's gradient (module doc). Returns the quantities not compared: those whose float64 value is
-    exactly zero (the q/k projections' gradients of one token, whose softmax runs over one key), where a relative
-    error means nothing, and gradients off by no more than a ReLU kink explains (``_kink_allowance``): why, for
-    each."""
+    exactly zero (the q/k projections' gradients of one token, whose softmax runs over one key) or zero in exact
+    arithmetic only (the key bias's gradient: eager misses it by over 100 %), where a relative error means
+    nothing, and gradients off by no more than a ReLU kink explains (``_kink_allowance``): why, for each."""
     model, model64, eager = modules
     for module in modules:
         module.zero_grad(set_to_none=True)
@@ -377,6 +377,9 @@ def _compare(compiled, modules, x, case) -> list:
             not_compared.append("float64 value exactly zero")
             continue
         err, eager_err = rel_err(value, value64), rel_err(value_eager, value64)
+        if eager_err > 1.0:  # zero in exact arithmetic (the key bias's gradient: softmax ignores it), float64 noise
+            not_compared.append("eager's error over 100 %: a value zero in exact arithmetic")
+            continue
         limit = max(tol * (2 if what != "output" else 1), 2 * eager_err)  # gradients: two GEMMs deep
         if err > limit and what != "output" and "relu" in case["acts"]:
             allowance = allowance or _kink_allowance(model64, x64, grad, values, case["dtype"])

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch._inductor import pattern_matcher as pm
@@ -288,18 +288,30 @@ def _with_rope(head: HeadNorm) -> None:
         upcast = _upcast(t)
         if found is None and upcast is not None:  # computed in fp32, back to the 16-bit dtype (Cohere's)
             found = _rope_of(upcast, head, table_dim)
-            back = _only_user(found[0]) if found is not None else None
+            back = _only_user(found.out) if found is not None else None
             if back is None or back.target != PRIMS_CONVERT or back.args[1] != t.meta["val"].dtype:
                 found = None
             else:
-                found = (back, {*found[1], upcast, back}, *found[2:])
+                found = found._replace(out=back, nodes={*found.nodes, upcast, back})
         if found is not None:
-            out, nodes, tables, head.sin_negated, head.rope_interleaved, head.rope_complex = found
-            head.cos, head.sin = tables
-            head.nodes = head.nodes | {*extra, *nodes}
-            head.output = out
+            head.cos, head.sin = found.tables
+            head.sin_negated, head.rope_interleaved, head.rope_complex = found.negated, found.interleaved, \
+                found.complex
+            head.nodes = head.nodes | {*extra, *found.nodes}
+            head.output = found.out
             head.transposed = table_dim == 1
             return
+
+
+class RopeMatch(NamedTuple):
+    """A RoPE found in the graph: its output node, its nodes, the tables it reads (cos, sin; the complex table and
+    None for Llama 4's form) and its form."""
+    out: Node
+    nodes: set
+    tables: tuple
+    negated: bool = False  # rotate_half written cat(x2, -x1): the rotation by -θ
+    interleaved: bool = False  # pairs of neighbouring columns, not halves
+    complex: bool = False  # the pairs as complex numbers (interleaved too)
 
 
 PRIMS_CONVERT = torch.ops.prims.convert_element_type.default
@@ -317,11 +329,11 @@ def _upcast(t: Node) -> Optional[Node]:
     return u if t.meta["val"].dtype in (torch.float16, torch.bfloat16) else None
 
 
-def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
-    """(output, nodes, (cos, sin), sin negated, interleaved) of the RoPE of ``t`` (``head``'s [B, H, L, D] output
-    for ``table_dim`` 1, its [B, L, H, D] one for 2, the dim its tables are unsqueezed at), or None. Its rotation:
-    rotate_half over the head's halves, or over neighbouring pairs (GPT-J's rotate_every_two, Cohere's
-    rotate_half: ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``)."""
+def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
+    """The RoPE of ``t`` (``head``'s [B, H, L, D] output for ``table_dim`` 1, its [B, L, H, D] one for 2, the dim
+    its tables are unsqueezed at), or None. Its rotation: rotate_half over the head's halves, over neighbouring
+    pairs (GPT-J's rotate_every_two, Cohere's rotate_half: ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``)
+    or as complex numbers (``_complex_rope_of``)."""
     D = head.head_dim
     complex_form = _complex_rope_of(t, head, table_dim)
     if complex_form is not None:
@@ -364,11 +376,11 @@ def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
         return None
     cos_u = next((a for a in mul_cos.args if a is not t), None)
     sin_u = next((a for a in mul_sin.args if a is not rotated), None)
-    tables = [_rope_table(u, head, table_dim, D) for u in (cos_u, sin_u)]
+    tables = tuple(_rope_table(u, head, table_dim, D) for u in (cos_u, sin_u))
     if None in tables:
         return None
     nodes = {*split_nodes, neg, cat, rotated, mul_sin, mul_cos, out, *(members if interleaved else ())}
-    return out, nodes, tables, negated, interleaved, False
+    return RopeMatch(out, nodes, tables, negated, interleaved)
 
 
 def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]:
@@ -388,7 +400,7 @@ def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]
     return table if batch_ok and _same_size(tshape[-2], L) and tshape[-1] == width else None
 
 
-def _complex_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]:
+def _complex_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
     """``_rope_of`` for RoPE as complex numbers (Llama 4's): view_as_real(view_as_complex(t.reshape(..., D/2, 2)) ·
     freqs[:, :, None, :]).flatten(3), freqs [B|1, L, D/2] complex. Each pair (t[2i], t[2i+1]) is one complex
     number, so it is the interleaved RoPE with cos, sin the real and imaginary parts of freqs (the table returned,
@@ -408,7 +420,7 @@ def _complex_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[tuple]
     table = _rope_table(next((a for a in mul.args if a is not cplx), None), head, table_dim, D // 2)
     if table is None or not table.meta["val"].is_complex():
         return None
-    return out, {pairs, cplx, mul, real, out}, (table, None), False, True, True
+    return RopeMatch(out, {pairs, cplx, mul, real, out}, (table, None), interleaved=True, complex=True)
 
 
 def _stacked(node: Node) -> Optional[Node]:

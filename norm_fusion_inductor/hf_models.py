@@ -34,6 +34,13 @@ def _llama(t, hidden, layers):
     return _decoder(t.LlamaForCausalLM, t.LlamaConfig, hidden, layers, num_key_value_heads=2)
 
 
+def _glm4(t, hidden, layers):
+    """GLM-4: RoPE over the first half of each head, its pairs neighbouring columns (the tables sliced and repeated
+    after their unsqueeze); sandwich norms as Gemma 2's; a fused gate/up projection."""
+    return _decoder(t.Glm4ForCausalLM, t.Glm4Config, hidden, layers, num_key_value_heads=2, head_dim=hidden // 4,
+                    pad_token_id=0)
+
+
 def _gemma(t, hidden, layers):
     return _decoder(t.GemmaForCausalLM, t.GemmaConfig, hidden, layers, num_key_value_heads=1, head_dim=hidden // 4)
 
@@ -127,8 +134,9 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "hunyuan": _hunyuan, "llama4": _llama4, "nanochat": _nanochat,
-                                 "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "glm4": _glm4, "hunyuan": _hunyuan, "llama4": _llama4,
+                                 "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere,
+                                 "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -152,6 +152,7 @@ class HeadNorm:
     sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
     rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's, Cohere's), not halves
     rope_complex: bool = False  # the pairs as complex numbers (Llama 4): ``cos`` the complex table, ``sin`` None
+    rope_dim: int = 0  # RoPE over the first rope_dim dims of each head (interleaved: tables [.., rope_dim]); 0: all
     norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
 
     @property
@@ -297,6 +298,7 @@ def _with_rope(head: HeadNorm) -> None:
             head.cos, head.sin = found.tables
             head.sin_negated, head.rope_interleaved, head.rope_complex = found.negated, found.interleaved, \
                 found.complex
+            head.rope_dim = found.rope_dim
             head.nodes = head.nodes | {*extra, *found.nodes}
             head.output = found.out
             head.transposed = table_dim == 1
@@ -312,6 +314,7 @@ class RopeMatch(NamedTuple):
     negated: bool = False  # rotate_half written cat(x2, -x1): the rotation by -θ
     interleaved: bool = False  # pairs of neighbouring columns, not halves
     complex: bool = False  # the pairs as complex numbers (interleaved too)
+    rope_dim: int = 0  # rotated dims of each head (the first ones); 0: all
 
 
 PRIMS_CONVERT = torch.ops.prims.convert_element_type.default
@@ -329,15 +332,20 @@ def _upcast(t: Node) -> Optional[Node]:
     return u if t.meta["val"].dtype in (torch.float16, torch.bfloat16) else None
 
 
-def _rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
+def _rope_of(t: Node, head: HeadNorm, table_dim: int, width: int = 0) -> Optional[RopeMatch]:
     """The RoPE of ``t`` (``head``'s [B, H, L, D] output for ``table_dim`` 1, its [B, L, H, D] one for 2, the dim
-    its tables are unsqueezed at), or None. Its rotation: rotate_half over the head's halves, over neighbouring
-    pairs (GPT-J's rotate_every_two, Cohere's rotate_half: ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``)
-    or as complex numbers (``_complex_rope_of``)."""
-    D = head.head_dim
-    complex_form = _complex_rope_of(t, head, table_dim)
+    its tables are unsqueezed at; ``width`` its last dim where it is a slice of the head), or None. Its rotation:
+    rotate_half over the head's halves, over neighbouring pairs (GPT-J's rotate_every_two, Cohere's rotate_half:
+    ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``), as complex numbers (``_complex_rope_of``), or either
+    of the first two over the first dims of each head only (``_partial_rope_of``)."""
+    D = width or head.head_dim
+    complex_form = None if width else _complex_rope_of(t, head, table_dim)
     if complex_form is not None:
         return complex_form
+    if not width:
+        partial = _partial_rope_of(t, head, table_dim)
+        if partial is not None:
+            return partial
     halves = _rotate_half_halves(t, D // 2)
     muls = [u for u in t.users if u.target == aten.mul.Tensor]
     if halves is None or len(muls) != 1:
@@ -390,6 +398,12 @@ def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]
     if not isinstance(u, Node):
         return None
     B, L = head.view.meta["val"].shape[:2]
+    shape = u.meta["val"].shape
+    if len(shape) == 4:  # computed after its unsqueeze (GLM-4 slices and repeats it there): 1 at the heads' dim
+        seq_dim = 2 if table_dim == 1 else 1
+        fits = _same_size(shape[table_dim], 1) and (_same_size(shape[0], 1) or _same_size(shape[0], B)) and \
+            _same_size(shape[seq_dim], L) and shape[-1] == width
+        return u if fits else None
     unsqueezed = u.target == aten.unsqueeze.default and u.args[1] == table_dim
     table = u.args[0] if unsqueezed else u
     tshape = table.meta["val"].shape
@@ -398,6 +412,31 @@ def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]
     batch_ok = (_same_size(tshape[0], 1) or unsqueezed and _same_size(tshape[0], B)) if len(tshape) == 3 else \
         len(tshape) == 2 and not unsqueezed
     return table if batch_ok and _same_size(tshape[-2], L) and tshape[-1] == width else None
+
+
+def _partial_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
+    """RoPE over the first R dims of each head, the rest passed through: ``cat((rope(t[..., :R]), t[..., R:]), -1)``
+    (GLM-4's). Taken where its pairs are neighbouring columns: it is then the whole head's interleaved RoPE with
+    cos = 1 and sin = 0 past R (``RopeMatch.rope_dim``: the consumer pads the tables). Over halves (GLM-4.5's,
+    Qwen3-Next's) its pairs (i, i + R/2) are not the head's: None."""
+    D = head.head_dim
+    slices = [u for u in t.users if u.target == aten.slice.Tensor and u.args[1] in (3, -1)
+              and (len(u.args) < 5 or u.args[4] == 1)]
+    if len(t.users) != 2 or len(slices) != 2:
+        return None
+    rot = next((u for u in slices if u.args[2] == 0), None)
+    keep = next((u for u in slices if u is not rot), None)
+    if rot is None or keep is None:
+        return None
+    R = int(rot.meta["val"].shape[-1])
+    if not 0 < R < D or R % 2 or keep.args[2] != R or int(keep.meta["val"].shape[-1]) != D - R:
+        return None
+    inner = _rope_of(rot, head, table_dim, width=R)
+    cat = _only_user(inner.out) if inner is not None and inner.interleaved else None
+    if cat is None or cat.target != aten.cat.default or list(cat.args[0]) != [inner.out, keep] or \
+            cat.args[1:] not in ((-1,), (3,)) or _only_user(keep) is not cat:
+        return None
+    return inner._replace(out=cat, nodes={*inner.nodes, rot, keep, cat}, rope_dim=R)
 
 
 def _complex_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
@@ -790,13 +829,19 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             if head.rope_complex:  # freqs [.., D/2] complex: its real and imaginary parts, once per pair member
                 parts = torch.view_as_real(cos)
                 cos, sin = (parts[..., i].repeat_interleave(2, -1) for i in (0, 1))
+            if head.rope_dim:  # the dims past it pass through: cos 1, sin 0 there
+                pad = D - head.rope_dim
+                cos = torch.cat([cos, cos.new_ones(*cos.shape[:-1], pad)], -1)
+                sin = torch.cat([sin, sin.new_zeros(*sin.shape[:-1], pad)], -1)
             if head.sin_negated:
                 sin = torch.neg(sin)
             if head.norm_after_rope:  # γ·RoPE(n) = n·(γ·cos) + rotate_half(n)·(γ·sin): γ into the tables
                 if head_weight is not None:
                     cos, sin = ((t.float() * head_weight.float()).to(t.dtype) for t in (cos, sin))
                 head_weight = torch.ones(D, device=x.device, dtype=x.dtype)
-            tables = [t.expand(B, L, D).reshape(B * L, D) if t is not None else None for t in (cos, sin)]
+            squeeze = 1 if head.transposed else 2  # a 4-D table: 1 at the heads' dim
+            tables = [(t.squeeze(squeeze) if t.dim() == 4 else t).expand(B, L, D).reshape(B * L, D)
+                      if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
                                           rope_sin=tables[1], rope_interleaved=head.rope_interleaved)
             if head_eps is None:

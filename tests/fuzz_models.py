@@ -196,18 +196,21 @@ class PreNormAttention(nn.Module):
             q, k = self._norm_after_rope(q, k)
         elif self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
-            angles = angles.repeat_interleave(2, -1) if self.rope == "interleaved" else torch.cat((angles, angles), -1)
+            if self.rope in PARTIAL_ROPE:  # the first half of each head rotated (its own frequencies)
+                angles = angles[:, :self.head_dim // 4] * 2
+            interleaved = self.rope in ("interleaved", "partial")
+            angles = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
             if self.rope_before_transpose:  # [1, tokens, 1, head_dim] against [..., tokens, heads, head_dim]
                 cos, sin = cos[None].unsqueeze(2), sin[None].unsqueeze(2)
         if self.rope and self.rope != "complex" and self.rope_before_transpose:
-            q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+            q, k = apply_rope(q, cos, sin, self.rope), apply_rope(k, cos, sin, self.rope)
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # [..., heads, tokens, head_dim]
         if self.rope and self.rope != "complex" and not self.rope_before_transpose:
             dtype = q.dtype
             if self.rope_in_fp32:
                 q, k = q.float(), k.float()
-            q, k = q * cos + rotate_half(q, self.rope) * sin, k * cos + rotate_half(k, self.rope) * sin
+            q, k = apply_rope(q, cos, sin, self.rope), apply_rope(k, cos, sin, self.rope)
             q, k = q.to(dtype), k.to(dtype)
         if self.rope != "complex":
             q, k = self._norm_after_rope(q, k)
@@ -220,6 +223,18 @@ class PreNormAttention(nn.Module):
         if self.norm_after_rope:
             return unit_rms_norm(q, self.eps), unit_rms_norm(k, self.eps)
         return q, k
+
+
+PARTIAL_ROPE = {"partial": "interleaved", "partial_half": "slice"}  # form: the rotation of its first half
+
+
+def apply_rope(x, cos, sin, form: str):
+    """x·cos + rotate(x)·sin; the ``PARTIAL_ROPE`` forms rotate the first half of each head only (GLM-4's
+    interleaved, GLM-4.5's and Qwen3-Next's rotate-half) and pass the rest through."""
+    if form in PARTIAL_ROPE:
+        x_rot, x_pass = x[..., :cos.shape[-1]], x[..., cos.shape[-1]:]
+        return torch.cat((x_rot * cos + rotate_half(x_rot, PARTIAL_ROPE[form]) * sin, x_pass), -1)
+    return x * cos + rotate_half(x, form) * sin
 
 
 def complex_rope(x, freqs):
@@ -274,7 +289,8 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
                 head_dim=rng.choice(head_dims), qk_norm=_qk_norm(rng.random()),
-                rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved", "complex"]),
+                rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved", "complex", "partial",
+                                 "partial_half"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),

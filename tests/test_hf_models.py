@@ -48,6 +48,8 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     go into the q/k projections' epilogue all the same. Its embedding norm feeds only the first layer's norm.
 # hunyuan: as llama, with per-head q/k norms (with weight) after RoPE: into the q/k projections' epilogue, the
 #     weight folded into RoPE's tables.
+# glm4: gemma2's sites (sandwich norms); its RoPE over the first half of each head, pairs of neighbouring columns,
+#     goes into the q/k/v projection's epilogue (ROPE_ALONE).
 # llama4: RoPE as complex numbers and a weightless per-head norm after it, both before the heads' transpose: into
 #     the q/k projections' epilogue (the interleaved RoPE); the norm after attention feeds the mixture of experts
 #     (its router and grouped experts: no consumer the regrouped family takes), so the post-norm family fuses it
@@ -56,7 +58,8 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 # (the epilogue then also writes the projection's output for the norm's backward).
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
-            "gemma4": {"regrouped_norm": 5, "matmul_norm": 6}, "hunyuan": {"regrouped_norm": 5},
+            "gemma4": {"regrouped_norm": 5, "matmul_norm": 6}, "glm4": {"regrouped_norm": 5, "matmul_norm": 4},
+            "hunyuan": {"regrouped_norm": 5},
             "llama4": {"regrouped_norm": 3, "matmul_norm": 2},
             "nanochat": {"regrouped_norm": 5},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
@@ -65,6 +68,9 @@ EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
 # regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan, llama4: RoPE + QK-norm) in the epilogue
 QK_NORMS = {"gemma3": 2, "gemma4": 2, "hunyuan": 2, "llama4": 2, "nanochat": 2, "qwen3": 2}
+# regrouped q/k/v sites with RoPE alone in the epilogue (no per-head norm): rotate-half (llama), interleaved in fp32
+# (cohere), interleaved over half of each head (glm4)
+ROPE_ALONE = {"llama": 2, "cohere": 2, "glm4": 2}
 # sites no family fuses, each with the start of its reason
 UNFUSED = {"gemma4": {("qk_norm", "feeds attention as its values"): 2,
                       ("standalone", "feeds no matmul or attention"): 1},
@@ -141,6 +147,9 @@ def test_every_norm_site_fused_or_explained(family, train):
     qk_in_epilogue = sum("QK-norm + RoPE in the epilogue" in s.reason or "RoPE + QK-norm in the epilogue" in s.reason
                          for s in sites if s.fusion == "regrouped_norm")
     assert qk_in_epilogue == QK_NORMS.get(family, 0), lines
+    if family in ROPE_ALONE:
+        rope_alone = sum("(RoPE in the epilogue" in s.reason or ", RoPE in the epilogue" in s.reason for s in sites)
+        assert rope_alone == ROPE_ALONE[family], lines
     torch._dynamo.reset()
 
 

@@ -8,7 +8,7 @@ source benchmarks/device_setup.sh
 OUT=${OUT:-/tmp/out}
 SECONDS=0
 [ -z "$SKIP_TESTS" ] && timeout 400 python -m pytest tests/test_regrouped.py tests/test_hf_models.py -q -p no:cacheprovider \
-  -k "per_head_norm_and_rope_match or rope_written or rope_computed_in_fp32 or bf16 or qk_norm_after_rope or llama4" \
+  -k "per_head_norm_and_rope_match or rope_written or rope_computed_in_fp32 or bf16 or qk_norm_after_rope or llama4 or partial_rope or glm4" \
   > $OUT/interleaved.log 2>&1
 echo "== interleaved RoPE tests (rc $?, ${SECONDS} s)"; tail -1 $OUT/interleaved.log | cut -c1-200
 grep -h "^FAILED\|^ERROR\|^E  " $OUT/interleaved.log | head -12 | cut -c1-300

@@ -927,16 +927,9 @@ def test_rope_written_with_slices_or_chunk_runs_in_the_epilogue(form, before_tra
     assert len(qk) == 1, [s.line() for s in nfi.reports()]
 
 
-@pytest.mark.parametrize("form, piece", [("partial", "QK-norm + RoPE"), ("partial_half", "QK-norm")])
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_partial_rope_runs_in_the_epilogue_where_interleaved(train, form, piece):
-    """RoPE over the first half of each head, the rest passed through: over neighbouring pairs (GLM-4's) it is the
-    whole head's interleaved RoPE with cos 1, sin 0 past the rotated dims, and goes into the q/k epilogue after the
-    QK-norm; over halves (GLM-4.5's, Qwen3-Next's) its pairs are not the head's: the QK-norm alone goes into the
-    epilogue and RoPE stays Inductor's. Output and gradients as eager's either way."""
-    torch.manual_seed(12)
-    norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
-    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6).to(DEVICE)
+def _attention_block_matches_eager(model, train: bool) -> None:
+    """``model`` (a fuzz_models.PreNormAttention, its norm weights moved off 1) compiled with the regrouped family
+    alone, policy always: its output, and in training the input's and every parameter's gradient, as eager's."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -955,6 +948,19 @@ def test_partial_rope_runs_in_the_epilogue_where_interleaved(train, form, piece)
         eager = torch.autograd.grad(ref, [x, *model.parameters()], grad)
         for f, e in zip(fused, eager):
             assert rel(f, e) < 1e-5
+
+
+@pytest.mark.parametrize("form, piece", [("partial", "QK-norm + RoPE"), ("partial_half", "QK-norm")])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_partial_rope_runs_in_the_epilogue_where_interleaved(train, form, piece):
+    """RoPE over the first half of each head, the rest passed through: over neighbouring pairs (GLM-4's) it is the
+    whole head's interleaved RoPE with cos 1, sin 0 past the rotated dims, and goes into the q/k epilogue after the
+    QK-norm; over halves (GLM-4.5's, Qwen3-Next's) its pairs are not the head's: the QK-norm alone goes into the
+    epilogue and RoPE stays Inductor's. Output and gradients as eager's either way."""
+    torch.manual_seed(12)
+    norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6).to(DEVICE)
+    _attention_block_matches_eager(model, train)
     taken = [s for s in nfi.reports() if s.rewritten and f"({piece} in the epilogue" in s.reason]
     assert len(taken) == 1, [s.line() for s in nfi.reports()]
 
@@ -995,24 +1001,7 @@ def test_qk_norm_after_rope_runs_in_the_epilogue(train, qk_norm, rope):
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
     model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=qk_norm, rope=rope, bias=False,
                                          eps=1e-6).to(DEVICE)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
-    x = torch.randn(2, 8, 32, device=DEVICE, requires_grad=train)
-    options = {"norm_fusion": {"policy": "always", "fusions": ("regrouped_norm",)}}
-    nfi.clear_reports()
-    torch._dynamo.reset()
-    with torch.set_grad_enabled(train):
-        out = torch.compile(model, backend="norm_fusion", options=options)(x)
-        ref = model(x)
-    assert rel(out, ref) < 1e-5
-    if train:
-        grad = torch.randn_like(out)
-        fused = torch.autograd.grad(out, [x, *model.parameters()], grad)
-        eager = torch.autograd.grad(ref, [x, *model.parameters()], grad)
-        for f, e in zip(fused, eager):
-            assert rel(f, e) < 1e-5
+    _attention_block_matches_eager(model, train)
     sites = nfi.reports()
     taken = [s for s in sites if s.rewritten and "RoPE + QK-norm in the epilogue" in s.reason]
     assert len(taken) == 1, [s.line() for s in sites]

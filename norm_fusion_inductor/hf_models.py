@@ -41,6 +41,15 @@ def _glm4(t, hidden, layers):
                     pad_token_id=0)
 
 
+def _glm4_moe(t, hidden, layers):
+    """GLM-4.5: per-head q/k norms, then rotate-half RoPE over the first half of each head; the first layer's MLP
+    dense, the others mixtures of experts (2 routed, 1 per token) with a shared expert."""
+    return _decoder(t.Glm4MoeForCausalLM, t.Glm4MoeConfig, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, use_qk_norm=True, n_routed_experts=2, num_experts_per_tok=1,
+                    moe_intermediate_size=hidden, n_shared_experts=1, first_k_dense_replace=1, num_mtp_layers=0,
+                    pad_token_id=0)
+
+
 def _gemma(t, hidden, layers):
     return _decoder(t.GemmaForCausalLM, t.GemmaConfig, hidden, layers, num_key_value_heads=1, head_dim=hidden // 4)
 
@@ -134,9 +143,9 @@ def _vit(t, hidden, layers):
 
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
-                                 "gemma4": _gemma4, "glm4": _glm4, "hunyuan": _hunyuan, "llama4": _llama4,
-                                 "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "cohere": _cohere,
-                                 "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "gemma4": _gemma4, "glm4": _glm4, "glm4_moe": _glm4_moe, "hunyuan": _hunyuan,
+                                 "llama4": _llama4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3,
+                                 "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -152,12 +152,19 @@ class HeadNorm:
     sin_negated: bool = False  # rotate_half written cat(x2, -x1) (NanoChat): the rotation by -θ, sin negated
     rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's, Cohere's), not halves
     rope_complex: bool = False  # the pairs as complex numbers (Llama 4): ``cos`` the complex table, ``sin`` None
-    rope_dim: int = 0  # RoPE over the first rope_dim dims of each head (interleaved: tables [.., rope_dim]); 0: all
+    rope_dim: int = 0  # RoPE over the first rope_dim dims of each head (its tables [.., rope_dim]); 0: all
     norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
 
     @property
     def has_norm(self) -> bool:
         return self.weight is not None or self.norm_after_rope
+
+    @property
+    def kernel_rope_dim(self) -> int:
+        """The kernel's ``rope_dim``: the rotated width where RoPE's pairs are halves of it (the tables padded
+        with cos 1, sin 0 pass the other columns through); 0 for the whole head or neighbouring pairs, which the
+        padded tables alone make partial."""
+        return 0 if self.rope_interleaved else self.rope_dim
 
     @property
     def head_dim(self) -> int:
@@ -416,9 +423,10 @@ def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]
 
 def _partial_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
     """RoPE over the first R dims of each head, the rest passed through: ``cat((rope(t[..., :R]), t[..., R:]), -1)``
-    (GLM-4's). Taken where its pairs are neighbouring columns: it is then the whole head's interleaved RoPE with
-    cos = 1 and sin = 0 past R (``RopeMatch.rope_dim``: the consumer pads the tables). Over halves (GLM-4.5's,
-    Qwen3-Next's) its pairs (i, i + R/2) are not the head's: None."""
+    (GLM-4's, GLM-4.5's, GPT-NeoX's). With cos = 1 and sin = 0 past R (``RopeMatch.rope_dim``: the consumer pads
+    the tables) it is the whole head's RoPE where its pairs are neighbouring columns (GLM-4's), and where they are
+    halves of the first R (GLM-4.5's: pairs (i, i + R/2)) the kernel's rotation over groups of R columns
+    (``HeadNorm.kernel_rope_dim``), which needs R a power of two: None otherwise."""
     D = head.head_dim
     slices = [u for u in t.users if u.target == aten.slice.Tensor and u.args[1] in (3, -1)
               and (len(u.args) < 5 or u.args[4] == 1)]
@@ -432,7 +440,9 @@ def _partial_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMa
     if not 0 < R < D or R % 2 or keep.args[2] != R or int(keep.meta["val"].shape[-1]) != D - R:
         return None
     inner = _rope_of(rot, head, table_dim, width=R)
-    cat = _only_user(inner.out) if inner is not None and inner.interleaved else None
+    if inner is not None and not inner.interleaved and R & (R - 1):
+        return None  # over halves: the kernel rotates groups of R columns, a power of two
+    cat = _only_user(inner.out) if inner is not None else None
     if cat is None or cat.target != aten.cat.default or list(cat.args[0]) != [inner.out, keep] or \
             cat.args[1:] not in ((-1,), (3,)) or _only_user(keep) is not cat:
         return None
@@ -706,6 +716,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         head_dim=rw.head.head_dim if rw.head else 0,
                                         rope=bool(rw.head and rw.head.cos is not None),
                                         rope_interleaved=bool(rw.head and rw.head.rope_interleaved),
+                                        rope_dim=rw.head.kernel_rope_dim if rw.head else 0,
                                         head_norm=bool(rw.head is None or rw.head.has_norm),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
@@ -843,7 +854,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             tables = [(t.squeeze(squeeze) if t.dim() == 4 else t).expand(B, L, D).reshape(B * L, D)
                       if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
-                                          rope_sin=tables[1], rope_interleaved=head.rope_interleaved)
+                                          rope_sin=tables[1], rope_interleaved=head.rope_interleaved,
+                                          rope_dim=head.kernel_rope_dim)
             if head_eps is None:
                 on["head_eps"] = head.eps
             else:  # a graph input (dynamic shapes): the kernel reads it

@@ -196,8 +196,9 @@ class PreNormAttention(nn.Module):
             q, k = self._norm_after_rope(q, k)
         elif self.rope:
             angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * self.inv_freq[None, :]
-            if self.rope in PARTIAL_ROPE:  # the first half of each head rotated (its own frequencies)
-                angles = angles[:, :self.head_dim // 4] * 2
+            if self.rope in PARTIAL_ROPE:  # the first R dims of each head rotated (their own frequencies)
+                rotated = int(self.head_dim * PARTIAL_ROPE[self.rope][1]) // 2 * 2
+                angles = angles[:, :rotated // 2] * 2
             interleaved = self.rope in ("interleaved", "partial")
             angles = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
@@ -225,15 +226,18 @@ class PreNormAttention(nn.Module):
         return q, k
 
 
-PARTIAL_ROPE = {"partial": "interleaved", "partial_half": "slice"}  # form: the rotation of its first half
+# form: the rotation of the first dims of each head, and their share of the head (GLM-4's interleaved over half;
+# GLM-4.5's rotate-half over half, Qwen3-Next's and GPT-NeoX's over a quarter; 3/8: a width not a power of two)
+PARTIAL_ROPE = {"partial": ("interleaved", 0.5), "partial_half": ("slice", 0.5), "partial_quarter": ("slice", 0.25),
+                "partial_uneven": ("slice", 0.375)}
 
 
 def apply_rope(x, cos, sin, form: str):
-    """x·cos + rotate(x)·sin; the ``PARTIAL_ROPE`` forms rotate the first half of each head only (GLM-4's
-    interleaved, GLM-4.5's and Qwen3-Next's rotate-half) and pass the rest through."""
+    """x·cos + rotate(x)·sin; the ``PARTIAL_ROPE`` forms rotate the first dims of each head only, as wide as the
+    tables, and pass the rest through."""
     if form in PARTIAL_ROPE:
         x_rot, x_pass = x[..., :cos.shape[-1]], x[..., cos.shape[-1]:]
-        return torch.cat((x_rot * cos + rotate_half(x_rot, PARTIAL_ROPE[form]) * sin, x_pass), -1)
+        return torch.cat((x_rot * cos + rotate_half(x_rot, PARTIAL_ROPE[form][0]) * sin, x_pass), -1)
     return x * cos + rotate_half(x, form) * sin
 
 
@@ -290,7 +294,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
                 head_dim=rng.choice(head_dims), qk_norm=_qk_norm(rng.random()),
                 rope=rng.choice([None, "slice", "chunk", "flipped", "interleaved", "complex", "partial",
-                                 "partial_half"]),
+                                 "partial_half", "partial_quarter", "partial_uneven"]),
                 acts=[rng.choice(list(ACTIVATIONS)) for _ in range(layers)],
                 layout=rng.choice(["contiguous", "contiguous", "transposed", "sliced"]),
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),

@@ -50,6 +50,9 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     weight folded into RoPE's tables.
 # glm4: gemma2's sites (sandwich norms); its RoPE over the first half of each head, pairs of neighbouring columns,
 #     goes into the q/k/v projection's epilogue (ROPE_ALONE).
+# glm4_moe (GLM-4.5): as llama4, with per-head q/k norms (with weight) before a rotate-half RoPE over the first half
+#     of each head: both into the q/k projections' epilogue (the kernel's rotation over groups of half a head). Its
+#     first layer's MLP is dense (regrouped); the second's norm feeds the mixture of experts: post-norm, into o_proj.
 # llama4: RoPE as complex numbers and a weightless per-head norm after it, both before the heads' transpose: into
 #     the q/k projections' epilogue (the interleaved RoPE); the norm after attention feeds the mixture of experts
 #     (its router and grouped experts: no consumer the regrouped family takes), so the post-norm family fuses it
@@ -59,6 +62,7 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "gemma2": {"regrouped_norm": 5, "matmul_norm": 4}, "gemma3": {"regrouped_norm": 5, "matmul_norm": 4},
             "gemma4": {"regrouped_norm": 5, "matmul_norm": 6}, "glm4": {"regrouped_norm": 5, "matmul_norm": 4},
+            "glm4_moe": {"regrouped_norm": 4, "matmul_norm": 1},
             "hunyuan": {"regrouped_norm": 5},
             "llama4": {"regrouped_norm": 3, "matmul_norm": 2},
             "nanochat": {"regrouped_norm": 5},
@@ -67,7 +71,7 @@ EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
 # regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan, llama4: RoPE + QK-norm) in the epilogue
-QK_NORMS = {"gemma3": 2, "gemma4": 2, "hunyuan": 2, "llama4": 2, "nanochat": 2, "qwen3": 2}
+QK_NORMS = {"gemma3": 2, "gemma4": 2, "glm4_moe": 2, "hunyuan": 2, "llama4": 2, "nanochat": 2, "qwen3": 2}
 # regrouped q/k/v sites with RoPE alone in the epilogue (no per-head norm): rotate-half (llama), interleaved in fp32
 # (cohere), interleaved over half of each head (glm4)
 ROPE_ALONE = {"llama": 2, "cohere": 2, "glm4": 2}
@@ -112,8 +116,9 @@ def _assert_gradients_match(model, out, ref, where) -> None:
                          ids=[f"{'training' if train else 'inference'}-{family}" for family, train in CASES])
 def test_every_norm_site_fused_or_explained(family, train):
     torch.manual_seed(0)
-    newer = {"gemma4": "Gemma4ForCausalLM", "hunyuan": "HunYuanDenseV1ForCausalLM",
-             "llama4": "Llama4ForCausalLM", "nanochat": "NanoChatForCausalLM"}
+    newer = {"gemma4": "Gemma4ForCausalLM", "glm4_moe": "Glm4MoeForCausalLM",
+             "hunyuan": "HunYuanDenseV1ForCausalLM", "llama4": "Llama4ForCausalLM",
+             "nanochat": "NanoChatForCausalLM"}
     if family in newer and not hasattr(transformers, newer[family]):
         pytest.skip(f"transformers {transformers.__version__} has no {family}")
     model = hf_models.tiny_model(family)

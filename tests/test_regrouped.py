@@ -143,19 +143,23 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved", [
-    (True, False, False, True, False), (False, False, False, True, False), (True, True, False, True, False),
-    (True, False, True, True, False), (True, False, False, False, False), (True, True, False, True, True),
-    (True, False, False, False, True)],
-    ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone", "interleaved_aux", "interleaved_alone"])
+@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved, partial", [
+    (True, False, False, True, False, 1), (False, False, False, True, False, 1), (True, True, False, True, False, 1),
+    (True, False, True, True, False, 1), (True, False, False, False, False, 1), (True, True, False, True, True, 1),
+    (True, False, False, False, True, 1), (True, True, False, True, False, 4), (True, False, False, False, False, 2)],
+    ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone", "interleaved_aux", "interleaved_alone",
+         "quarter_aux", "half_alone"])
 def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm,
-                                              interleaved):
+                                              interleaved, partial):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
     before the per-head norm is stored too, for the norm's backward. ``eps_tensor``: eps as dynamic shapes pass
     it, a 0-d fp64 tensor on the host, which the kernel reads. ``head_norm`` off (no head weight): RoPE alone,
-    as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form)."""
+    as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form).
+    ``partial`` > 1: rotate-half over the first head_dim / partial dims of each head only, the rest passed through
+    (GPT-NeoX's, GLM-4.5's), as the kernel's rotation over groups of that width with tables of cos 1, sin 0 past
+    it; the reference rotates the first dims alone."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
         N = heads * head_dim
@@ -163,17 +167,22 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
         rstd = torch.rand(M, device=DEVICE) + 0.5
         head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype) if head_norm else None
-        cos, sin = _rotary_tables(torch.arange(M) % 29, head_dim, DEVICE, interleaved) if rope else (None, None)
+        R = head_dim // partial
+        cos, sin = _rotary_tables(torch.arange(M) % 29, R, DEVICE, interleaved) if rope else (None, None)
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
+        rope_dim = R if partial > 1 else 0
         epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm,
-                               rope_interleaved=interleaved)
+                               rope_interleaved=interleaved, rope_dim=rope_dim)
+        tables = {}
+        if rope:  # padded past the rotated dims: cos 1, sin 0
+            tables = dict(rope_cos=F.pad(cos, (0, head_dim - R), value=1.0), rope_sin=F.pad(sin, (0, head_dim - R)))
         assert eg.unsupported_reason(a, w, False, epilogue) is None
         eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
         eps = dict(head_eps_tensor=torch.tensor(eps_value, dtype=torch.float64)) if eps_tensor else dict(
             head_eps=eps_value)
         out, aux, _ = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", write_aux,
                                               "none", False, head_dim=head_dim, head_weight=head_weight,
-                                              rope_cos=cos, rope_sin=sin, rope_interleaved=interleaved, **eps)
+                                              rope_interleaved=interleaved, rope_dim=rope_dim, **tables, **eps)
         z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
         if write_aux:
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
@@ -181,13 +190,13 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
             assert aux.numel() == 0
         if head_norm:
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
+        z_rot, z_pass = z[..., :R], z[..., R:]
         if rope and interleaved:
-            rotated = torch.stack([-z[..., 1::2], z[..., 0::2]], -1).flatten(-2)
+            rotated = torch.stack([-z_rot[..., 1::2], z_rot[..., 0::2]], -1).flatten(-2)
         elif rope:
-            half = head_dim // 2
-            rotated = torch.cat([-z[..., half:], z[..., :half]], -1)
+            rotated = torch.cat([-z_rot[..., R // 2:], z_rot[..., :R // 2]], -1)
         if rope:
-            z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
+            z = torch.cat([z_rot * cos.double()[:, None, :] + rotated * sin.double()[:, None, :], z_pass], -1)
         assert not out.isnan().any(), "an output element was not written"
         assert rel(out, z.reshape(M, N)) < tol(dtype), (M, K, heads, head_dim, rel(out, z.reshape(M, N)))
 
@@ -203,6 +212,9 @@ def test_per_head_norm_is_checked():
         eg.Epilogue(rope=True)
     with pytest.raises(ValueError, match="needs head_dim and rope"):
         eg.Epilogue(head_dim=16, head_norm=False)
+    for rope_dim, interleaved in ((6, False), (16, False), (8, True)):
+        with pytest.raises(ValueError, match=f"rope_dim {rope_dim}: groups of rotated columns"):
+            eg.Epilogue(head_dim=16, rope=True, rope_dim=rope_dim, rope_interleaved=interleaved)
     a, w = torch.randn(8, 32, device=DEVICE), torch.randn(40, 32, device=DEVICE)
     assert "whole heads" in eg.unsupported_reason(a, w, False, eg.Epilogue(head_dim=16))
 
@@ -950,13 +962,15 @@ def _attention_block_matches_eager(model, train: bool) -> None:
             assert rel(f, e) < 1e-5
 
 
-@pytest.mark.parametrize("form, piece", [("partial", "QK-norm + RoPE"), ("partial_half", "QK-norm")])
+@pytest.mark.parametrize("form, piece", [("partial", "QK-norm + RoPE"), ("partial_half", "QK-norm + RoPE"),
+                                         ("partial_quarter", "QK-norm + RoPE"), ("partial_uneven", "QK-norm")])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_partial_rope_runs_in_the_epilogue_where_interleaved(train, form, piece):
-    """RoPE over the first half of each head, the rest passed through: over neighbouring pairs (GLM-4's) it is the
-    whole head's interleaved RoPE with cos 1, sin 0 past the rotated dims, and goes into the q/k epilogue after the
-    QK-norm; over halves (GLM-4.5's, Qwen3-Next's) its pairs are not the head's: the QK-norm alone goes into the
-    epilogue and RoPE stays Inductor's. Output and gradients as eager's either way."""
+def test_partial_rope_runs_in_the_epilogue(train, form, piece):
+    """RoPE over the first R dims of each head, the rest passed through, goes into the q/k epilogue after the
+    QK-norm: over neighbouring pairs (GLM-4's) as the whole head's interleaved RoPE with cos 1, sin 0 past R; over
+    halves of the first R (GLM-4.5's over half the head, Qwen3-Next's and GPT-NeoX's over a quarter) as the
+    kernel's rotation over groups of R columns, which needs R a power of two: with R = 6 of 16 the QK-norm alone
+    goes into the epilogue and RoPE stays Inductor's. Output and gradients as eager's either way."""
     torch.manual_seed(12)
     norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
     model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=form, bias=False, eps=1e-6).to(DEVICE)

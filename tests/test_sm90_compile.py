@@ -261,6 +261,19 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, head_norm=head_norm,
                                        rope_interleaved=True, write_aux=aux is not None),
                   head_norm=eg.HeadNorm(_empty(128) if head_norm else None, 1e-6, _empty(M, 128), _empty(M, 128)))
+    # partial rotary over halves (GPT-NeoX's, GLM-4.5's): each group of rope_dim columns rotated over its halves,
+    # after the norm on every config (half a head of 128); a quarter with training's aux store; RoPE alone over a
+    # quarter of 64
+    for cfg in eg.GPU_CONFIGS:
+        eg.launch(cfg, a, w, _empty(M, N), scale=rows,
+                  epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, rope_dim=64),
+                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 128), _empty(M, 128)))
+    for head_dim, rope_dim, aux in ((128, 32, _empty(M, N)), (64, 16, None)):
+        eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=aux, scale=rows,
+                  epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True, head_norm=aux is not None,
+                                       rope_dim=rope_dim, write_aux=aux is not None),
+                  head_norm=eg.HeadNorm(_empty(head_dim) if aux is not None else None, 1e-6, _empty(M, head_dim),
+                                        _empty(M, head_dim)))
     # its eps read from a tensor (a graph input under dynamic shapes)
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
               scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),

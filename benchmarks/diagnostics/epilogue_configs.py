@@ -138,13 +138,15 @@ def label_of(cfg: dict) -> str:
             f"{' flat' if cfg['FLATTEN'] else ''}{' WS' if cfg['WARP_SPECIALIZE'] else ''} x{cfg['CTAS_PER_SM']}")
 
 
-SITE_FIELDS = {"head_dim": int, "rope": lambda v: bool(int(v)), "head_norm": lambda v: bool(int(v))}
+SITE_FIELDS = {"head_dim": int, "rope": lambda v: bool(int(v)), "head_norm": lambda v: bool(int(v)),
+               "rope_interleaved": lambda v: bool(int(v)), "rope_dim": int}
 
 
 def parse_site(spec: str) -> tuple:
     """(kind, M, K, N, [activation], fields) of "kind:MxKxN[:activation][:field=value ...]"; the fields
     (``SITE_FIELDS``) change the selection's site, e.g. "per_head:16384x4096x4096:rope=1:head_norm=0" (a q
-    projection with RoPE alone) or ":head_dim=256"."""
+    projection with RoPE alone), ":head_dim=256", ":rope=1:rope_interleaved=1" (GPT-J's pairs) or
+    ":rope=1:rope_dim=64" (partial rotary over halves of the first 64 dims)."""
     kind, shape, *rest = spec.split(":")
     M, K, N = (int(v) for v in shape.split("x"))
     fields = {}
@@ -198,8 +200,11 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
         fns["cublas"] = lambda: torch.mm(a, wt)
         t = interleaved_medians(fns, rounds, graph_ms)
         best = min(v for k, v in t.items() if k != "cublas")
-        head = (f" head_dim {site.head_dim}{' rope' if site.rope else ''}{'' if site.head_norm else ' no-norm'}"
-                if site.head_dim else "")
+        head = ""
+        if site.head_dim:
+            head = (f" head_dim {site.head_dim}{' rope' if site.rope else ''}{'' if site.head_norm else ' no-norm'}"
+                    f"{' interleaved' if site.rope_interleaved else ''}"
+                    f"{f' rope_dim {site.rope_dim}' if site.rope_dim else ''}")
         name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}{head}"
         print(f"\n{name}: ms (/ best config), cuBLAS {t['cublas']:.4f}; {len(fns) - 1} configs compiled one by one "
               f"in {compile_s:.1f} s", flush=True)
@@ -207,6 +212,7 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
             print(f"  {label:34s} {ms:.4f} ({ms / best:.3f})")
         rows.append(dict(kind=kind, M=site.M, K=site.K, N=site.N, activation=site.activation, aux=site.write_aux,
                          head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
+                         rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim,
                          cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
         fns.clear()
         torch.cuda.empty_cache()
@@ -227,7 +233,7 @@ def main() -> int:
     p.add_argument("--json", help="with --grid: the times as JSON")
     p.add_argument("--sites", nargs="+", help="with --grid: these sites (kind:MxKxN[:activation][:field=value], kind "
                                               "as calibrate.GridSite's or consumer_ln_gelu; fields head_dim, rope, "
-                                              "head_norm) instead of the grid's")
+                                              "head_norm, rope_interleaved, rope_dim) instead of the grid's")
     args = p.parse_args()
     if args.grid:
         grid(args.rounds, args.json, args.sites)

@@ -1,6 +1,7 @@
 """Norm sites of transformers families beyond the tested ones (tests/test_hf_models.py): a tiny random config of
 each FAMILY (a transformers model_type with a causal-LM head), compiled with policy always on the CPU, inference;
-prints how many norm sites were rewritten, the error against eager, and each unfused site's reason. Run it under
+prints how many norm sites were rewritten (and how many took RoPE or a QK-norm into a q/k projection's epilogue),
+the error against eager, and each unfused site's reason. Run it under
 the Triton interpreter (the kernels run on the CPU in fp32):
 
     TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py mistral qwen2 smollm3 ...
@@ -72,7 +73,9 @@ def scan(family: str) -> str:
         return f"{family}: FAILED to compile or run:\n{traceback.format_exc(limit=-4)}"
     err = ((out - ref).norm() / ref.norm()).item()
     sites = nfi.reports()
-    lines = [f"{family}: {sum(s.rewritten for s in sites)} of {len(sites)} rewritten, err {err:.1e}"]
+    rope, qk = (sum(piece in s.reason for s in sites if s.rewritten) for piece in ("RoPE", "QK-norm"))
+    lines = [f"{family}: {sum(s.rewritten for s in sites)} of {len(sites)} rewritten, err {err:.1e}; "
+             f"sites with RoPE in an epilogue {rope}, with a QK-norm {qk}"]
     lines += [f"   unfused {s.fusion} {s.shape} | {s.reason[:230]}" for s in sites if not s.rewritten]
     return "\n".join(lines)
 

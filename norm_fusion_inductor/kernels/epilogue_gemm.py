@@ -15,6 +15,9 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
   (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m); ``ROPE_INTERLEAVED``: the pairs are
   (z[2i], z[2i+1]) instead, rotate(z)[2i] = −z[2i+1], rotate(z)[2i+1] = z[2i] (GPT-J's and Cohere's form).
+  ``ROPE_DIM`` < D (halves only): each group of ROPE_DIM columns of a head is rotated over its own halves, pairs
+  (j, j + ROPE_DIM/2) within the group. Partial rotary over the first R dims (GPT-NeoX's, GLM-4.5's) is that with
+  ROPE_DIM = R and tables of cos 1, sin 0 past R: the other groups pass through (z·1 + rotate(z)·0).
   ``HEAD_NORM`` off: the rotary embedding alone (a Llama-style q/k projection, no QK-norm).
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
@@ -98,10 +101,18 @@ def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, INT
 
 
 @triton.jit
+def _group_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, R: tl.constexpr):
+    """The halves of each group of R columns of a head: [BLOCK_M, G, D] → two [BLOCK_M, G, D/R, R/2]."""
+    return tl.split(tl.permute(tl.reshape(z, (BLOCK_M, G, D // R, 2, R // 2)), (0, 1, 2, 4, 3)))
+
+
+@triton.jit
 def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.constexpr, ROPE: tl.constexpr,
-               INTERLEAVED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+               INTERLEAVED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+               R: tl.constexpr):
     """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
-    z·cos + rotate(z)·sin, the pairs halves or (INTERLEAVED) neighbours."""
+    z·cos + rotate(z)·sin, the pairs halves (of each group of R columns where R < D) or (INTERLEAVED)
+    neighbours."""
     G: tl.constexpr = BLOCK_N // D
     z = tl.reshape(z, (BLOCK_M, G, D))
     d = tl.arange(0, D)
@@ -111,14 +122,20 @@ def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.co
     if ROPE:
         rows = offs_m[:, None] * D + d[None, :]
         inside = (offs_m < M)[:, None]
-        cos1, cos2 = _head_halves(tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D,
-                                  INTERLEAVED)
-        sin1, sin2 = _head_halves(tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32), BLOCK_M, 1, D,
-                                  INTERLEAVED)
-        x1, x2 = _head_halves(z, BLOCK_M, G, D, INTERLEAVED)
-        z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
-        if not INTERLEAVED:
-            z = tl.permute(z, (0, 1, 3, 2))
+        cos = tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32)
+        sin = tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32)
+        if R < D:  # groups of R columns, each over its halves: [BLOCK_M, G, D/R, R/2] members
+            cos1, cos2 = _group_halves(cos, BLOCK_M, 1, D, R)
+            sin1, sin2 = _group_halves(sin, BLOCK_M, 1, D, R)
+            x1, x2 = _group_halves(z, BLOCK_M, G, D, R)
+            z = tl.permute(tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2), (0, 1, 2, 4, 3))
+        else:
+            cos1, cos2 = _head_halves(cos, BLOCK_M, 1, D, INTERLEAVED)
+            sin1, sin2 = _head_halves(sin, BLOCK_M, 1, D, INTERLEAVED)
+            x1, x2 = _head_halves(z, BLOCK_M, G, D, INTERLEAVED)
+            z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
+            if not INTERLEAVED:
+                z = tl.permute(z, (0, 1, 3, 2))
     return tl.reshape(z, (BLOCK_M, BLOCK_N))
 
 
@@ -296,6 +313,7 @@ def epilogue_gemm_kernel(
     EPS_FROM_PTR: tl.constexpr,  # the norm's eps (per-head or post-norm) read from norm_eps_ptr, not norm_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     ROPE_INTERLEAVED: tl.constexpr,  # its pairs neighbouring columns, not halves
+    ROPE_DIM: tl.constexpr,  # over halves: the width of each rotated group of a head's columns (HEAD_DIM: all)
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     POST_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of z over whole rows (N <= BLOCK_N)
@@ -379,7 +397,7 @@ def epilogue_gemm_kernel(
                 x_desc.store([off_m, off_n], acc.to(dtype))
             eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
             acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE,
-                             ROPE_INTERLEAVED, BLOCK_M, BLOCK_N, HEAD_DIM)
+                             ROPE_INTERLEAVED, BLOCK_M, BLOCK_N, HEAD_DIM, ROPE_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
             if RESIDUAL_NORM != 0:
@@ -448,6 +466,9 @@ class Epilogue:
     head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
     rope: bool = False  # the rotary embedding after the per-head norm
     rope_interleaved: bool = False  # with rope: pairs of neighbouring columns (GPT-J's form), not halves
+    # with rope over halves: each group of rope_dim columns of a head rotated over its own halves (partial rotary:
+    # the tables cos 1, sin 0 past the rotated dims); 0: the head's halves
+    rope_dim: int = 0
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
     post_norm: str = "none"  # "none" | "rms" | "ln": the norm of z over whole rows (N <= MAX_POST_NORM_N)
     residual_after: bool = False  # with post_norm: a residual added after the norm
@@ -477,6 +498,10 @@ class Epilogue:
             raise ValueError("the rotary embedding follows the per-head norm: rope needs head_dim")
         if self.rope_interleaved and not self.rope:
             raise ValueError("rope_interleaved is a form of the rotary embedding: it needs rope")
+        if self.rope_dim and not (self.rope and not self.rope_interleaved and 2 <= self.rope_dim < self.head_dim
+                                  and not self.rope_dim & (self.rope_dim - 1)):
+            raise ValueError(f"rope_dim {self.rope_dim}: groups of rotated columns over halves need rope, not "
+                             f"interleaved, and a power of two under head_dim {self.head_dim}")
         if not self.head_norm and not (self.head_dim and self.rope):
             raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
@@ -716,7 +741,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
-        ROPE_INTERLEAVED=epilogue.rope_interleaved,
+        ROPE_INTERLEAVED=epilogue.rope_interleaved, ROPE_DIM=epilogue.rope_dim or epilogue.head_dim,
         EPS_FROM_PTR=isinstance(eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,

@@ -3,7 +3,8 @@
 Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an activation or a gated pair, with or
 without the stored pre-activation; producer: bias, residual (optionally normalized on load) and RMSNorm or LayerNorm partial statistics,
 the stream's mean up to 1000 σ; per_head: a q/k projection with a per-head RMSNorm (QK-norm) or RoPE alone, with or without the
-input's row norm, a bias, the rotate-half RoPE and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
+input's row norm, a bias, RoPE over the head's halves, neighbouring pairs or the halves of its first quarter or half,
+and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
 a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
 for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
@@ -60,10 +61,14 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                                residual_norm=rng.choice(["none", "rms", "ln"]))
     else:
         rope = rng.random() < 0.7
+        head_dim = rng.choice([16, 32, 64, 128] if device == "cuda" else [8, 16])
+        # RoPE's pairs: the head's halves, neighbouring columns, or the halves of its first quarter or half (partial)
+        form = rng.choice(["halves", "halves", "interleaved", "partial"]) if rope else "halves"
         epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "rms", "ln", "none"]), bias=rng.random() < 0.3,
-                               write_aux=rng.random() < 0.5,
-                               head_dim=rng.choice([16, 32, 64, 128] if device == "cuda" else [8, 16]),
-                               rope=rope, head_norm=not rope or rng.random() < 0.7)  # else RoPE alone
+                               write_aux=rng.random() < 0.5, head_dim=head_dim, rope=rope,
+                               head_norm=not rope or rng.random() < 0.7,  # else RoPE alone
+                               rope_interleaved=form == "interleaved",
+                               rope_dim=head_dim // rng.choice([2, 4]) if form == "partial" else 0)
     sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
     M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
     K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
@@ -79,7 +84,8 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
 def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shift=None, u=None, res_norm=None,
                 head=None):
     """(out, z) of the epilogue GEMM in float64, written from the module doc of kernels/epilogue_gemm.py.
-    ``head``: (weight, eps, cos, sin) of a per-head norm (cos, sin None without RoPE)."""
+    ``head``: (weight, eps, cos, sin) of a per-head norm (cos, sin None without RoPE; with ``rope_dim`` the first
+    rope_dim dims rotated by the tables' first rope_dim columns, the rest passed through)."""
     acc = a.double() @ (w.double() if w_kn else w.double().t())
     if epilogue.row_norm != "none":
         acc = acc * scale.double()[:, None]
@@ -105,8 +111,14 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
         if weight is not None:  # else RoPE alone
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
         if cos is not None:
-            rotated = torch.cat([-z[..., D // 2:], z[..., :D // 2]], -1)
-            z = z * cos.double()[:, None, :] + rotated * sin.double()[:, None, :]
+            R = epilogue.rope_dim or D
+            z_rot, z_pass = z[..., :R], z[..., R:]
+            if epilogue.rope_interleaved:
+                rotated = torch.stack([-z_rot[..., 1::2], z_rot[..., 0::2]], -1).flatten(-2)
+            else:
+                rotated = torch.cat([-z_rot[..., R // 2:], z_rot[..., :R // 2]], -1)
+            z_rot = z_rot * cos.double()[:, None, :R] + rotated * sin.double()[:, None, :R]
+            z = torch.cat([z_rot, z_pass], -1)
         return z.reshape(acc.shape), acc
     acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
             "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
@@ -158,13 +170,16 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
         D = e.head_dim
         weight = (torch.rand(D, device=device) + 0.5).to(dt) if e.head_norm else None
         cos = sin = None
-        if e.rope:
+        if e.rope:  # tables of the rotated width R, padded past it with cos 1, sin 0 as the pass pads them
+            R = e.rope_dim or D
             positions = torch.randint(0, 4096, (M,), generator=torch.Generator().manual_seed(M)).double()
-            angles = positions[:, None] / (10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))[None, :]
-            angles = torch.cat([angles, angles], -1)
-            cos, sin = angles.cos().to(device, dt), angles.sin().to(device, dt)
+            angles = positions[:, None] / (10000 ** (torch.arange(0, R, 2, dtype=torch.float64) / R))[None, :]
+            angles = angles.repeat_interleave(2, -1) if e.rope_interleaved else torch.cat([angles, angles], -1)
+            cos, sin = (F.pad(t, (0, D - R), value=v).to(device, dt) for t, v in ((angles.cos(), 1.0),
+                                                                                  (angles.sin(), 0.0)))
         head = (weight, 1e-6, cos, sin)
-        head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin)
+        head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin,
+                         rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim)
         if rng.random() < 0.3:  # eps as dynamic shapes pass it: a 0-d fp64 graph input on the host
             head_args.update(head_eps=0.0, head_eps_tensor=torch.tensor(1e-6, dtype=torch.float64))
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do

@@ -110,6 +110,16 @@ def _qwen3(t, hidden, layers):
     return _decoder(t.Qwen3ForCausalLM, t.Qwen3Config, hidden, layers, num_key_value_heads=2, head_dim=hidden // 4)
 
 
+def _qwen3_5(t, hidden, layers):
+    """Qwen3.5's text model: Gemma's (1 + w) RMSNorm; linear-attention layers (gated delta rule) and full-attention
+    ones whose q projection also computes each head's output gate (chunked apart) and whose per-head q/k norms come
+    before a RoPE over the first quarter of each head; the last layer full attention."""
+    types = (["linear_attention", "full_attention"] * layers)[-layers:]
+    return _decoder(t.Qwen3_5ForCausalLM, t.Qwen3_5TextConfig, hidden, layers, num_key_value_heads=2,
+                    head_dim=hidden // 4, layer_types=types, linear_num_key_heads=2, linear_num_value_heads=4,
+                    linear_key_head_dim=hidden // 4, linear_value_head_dim=hidden // 4, pad_token_id=0)
+
+
 def _cohere(t, hidden, layers):
     """Parallel blocks (one LayerNorm feeds attention and the MLP), its LayerNorm written out (two-pass variance,
     no bias), a scaled lm_head."""
@@ -144,7 +154,7 @@ def _vit(t, hidden, layers):
 
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
                                  "gemma4": _gemma4, "glm4": _glm4, "glm4_moe": _glm4_moe, "hunyuan": _hunyuan,
-                                 "llama4": _llama4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3,
+                                 "llama4": _llama4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "qwen3_5": _qwen3_5,
                                  "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 

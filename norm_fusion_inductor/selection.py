@@ -529,7 +529,7 @@ def _time_interleaved(fns: dict, train: bool) -> dict:
 def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_aux, stats, residual, w_kn,
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False, head_norm: bool = True,
-                         rope_interleaved: bool = False, rope_dim: int = 0,
+                         rope_interleaved: bool = False, rope_dim: int = 0, head_gates: bool = False,
                          direct_launch: bool = False, backward_reads_norm: bool = False,
                          activation_written: bool = True) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
@@ -558,13 +558,15 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         # (or the per-head norm's and RoPE's: one pass reading and writing the output)
         # (none where Inductor computes the activation inside the kernels reading it: ``activation_written``)
         trip = (activation != "none" and activation_written) or head_dim
-        saved = norm_bytes + (2 * out_bytes if trip else 0) - (out_bytes if write_aux else 0)
+        # (with output gates between the heads, only the q half makes the trip: the gates are read as written)
+        saved = norm_bytes + (2 * out_bytes // (2 if head_gates else 1) if trip else 0) - (out_bytes if write_aux
+                                                                                              else 0)
     else:  # the producer: the GEMM output's write and read by the residual add, and, where the residual is the
         # previous norm's output read normalized on load, that output's write (its last reader gone; its read
         # becomes one of the norm's input, the same bytes)
         saved = 2 * out_bytes + (out_bytes if residual_norm != "none" and not backward_reads_norm else 0)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
-                        residual_norm, head_dim, rope, head_norm, fold_bytes, rope_interleaved, rope_dim)
+                        residual_norm, head_dim, rope, head_norm, fold_bytes, rope_interleaved, rope_dim, head_gates)
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if device.type != "cuda":
@@ -809,7 +811,7 @@ def epilogue_runner(site: EpilogueSite):
             else (None, None)
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1],
-                    rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim)
+                    rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates)
 
     def run(backend: str, config: Optional[dict] = None):
         call = regrouped.run_epilogue_gemm if config is not None else regrouped.epilogue_gemm
@@ -962,7 +964,8 @@ def _site_epilogue(site: EpilogueSite):
     return eg.Epilogue(row_norm=site.row_norm, bias=True, residual=site.residual, activation=site.activation,
                        write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
                        head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
-                       rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim)
+                       rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim,
+                       head_gates=site.head_gates)
 
 
 def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:

@@ -154,6 +154,9 @@ class HeadNorm:
     rope_complex: bool = False  # the pairs as complex numbers (Llama 4): ``cos`` the complex table, ``sin`` None
     rope_dim: int = 0  # RoPE over the first rope_dim dims of each head (its tables [.., rope_dim]); 0: all
     norm_after_rope: bool = False  # the per-head norm reads RoPE's output (its weight, if any, after the rotation)
+    # the q projection's output gates (Qwen3-Next's: [B, L, H, 2D] chunked into q and gate): the node the
+    # projection's odd heads replace; ``view`` is then the q half
+    gate: Optional[Node] = None
 
     @property
     def has_norm(self) -> bool:
@@ -180,9 +183,10 @@ def _head_norm_patterns(weighted: bool = True) -> list:
 
 
 def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) -> Optional[HeadNorm]:
-    """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n), with
-    the rotate-half RoPE after its transpose where the model applies one; None otherwise, or where any node in
-    between is read elsewhere than by the ``backward`` nodes (the output would still be needed)."""
+    """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n; or a
+    [B, L, H, 2D] one chunked into each head's q and output gate, ``_gated_heads``), with the rotate-half RoPE
+    after its transpose where the model applies one; None otherwise, or where any node in between is read
+    elsewhere than by the ``backward`` nodes (the output would still be needed)."""
     views = [u for u in pre.users if u.target in VIEW_OPS]
     if len(pre.users) != 1 or len(views) != 1:
         return None
@@ -190,6 +194,11 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     shape = view.meta["val"].shape
     if len(shape) != 4 or any(isinstance(d, torch.SymInt) for d in shape[2:]) or shape[2] * shape[3] != n:
         return None  # B and L may be dynamic, not the heads
+    gated = _gated_heads(view)
+    gate, split_nodes = (gated[1], gated[2]) if gated else (None, ())
+    if gated:
+        view = gated[0]  # the q half: the per-head norm's input
+        shape = view.meta["val"].shape
     if regrouped.head_dim_problem(int(shape[3])):  # left for the leftover report, which names the cause
         return None
     transposes = [u for u in view.users if _is_head_transpose(u)]
@@ -204,7 +213,7 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
 
     match = _first_downstream([view], norm_at)
     if match is None:
-        return _rope_alone(view, backward)
+        return _rope_alone(view, backward) if gate is None else None
     weight = match.kwargs["weight"]
     if tuple(weight.meta["val"].shape) != (shape[3],):
         return None
@@ -212,16 +221,41 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     eps = _eps(match)
     eps = float(eps) if isinstance(eps, (int, float)) else eps  # a 0-d graph tensor under dynamic shapes
     head = HeadNorm(view, weight, eps, match.output_node(),
-                    frozenset([view, *match.nodes, *(transposes[:1] if transposed else ())]), transposed)
+                    frozenset([view, *split_nodes, *match.nodes, *(transposes[:1] if transposed else ())]),
+                    transposed, gate=gate)
     _with_rope(head)
     return head if _read_only_inside(head, backward) else None
 
 
 def _read_only_inside(head: HeadNorm, backward) -> bool:
-    """Whether the nodes before ``head.output`` are read only by each other or by the ``backward`` nodes (else the
-    projection's output would still be needed)."""
+    """Whether the nodes before ``head.output`` are read only by each other, by the ``backward`` nodes or as the
+    output gates (else the projection's output would still be needed)."""
     inner = head.nodes - {head.output}
-    return not any(u not in head.nodes and u not in backward for node in inner for u in node.users)
+    return not any(u not in head.nodes and u is not head.gate and u not in backward
+                   for node in inner for u in node.users)
+
+
+def _gated_heads(view: Node) -> Optional[tuple]:
+    """Qwen3-Next's and Qwen3.5's q projection: its [B, L, H, 2D] view chunked on the last dim into each head's q
+    and its output gate, ``torch.chunk(q_proj(h).view(..., 2·D), 2, -1)``. (q, gate, the nodes from the view to
+    q), q [B, L, H, D] (a view of it to the same shape, where the graph kept one); None otherwise."""
+    W = int(view.meta["val"].shape[-1])
+    split = _only_user(view)
+    if split is None or W % 2 or split.target not in (aten.split.Tensor, aten.split_with_sizes.default):
+        return None
+    sizes = split.args[1] if split.target == aten.split_with_sizes.default else [split.args[1]] * 2
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    if list(sizes) != [W // 2, W // 2] or dim not in (-1, 3):
+        return None
+    items = {u.args[1]: u for u in split.users if u.target is operator.getitem}
+    if set(items) != {0, 1} or len(split.users) != 2:
+        return None
+    q, nodes = items[0], [view, split, items[0]]
+    same = _only_user(q)
+    if same is not None and same.target in VIEW_OPS and tuple(same.meta["val"].shape) == tuple(q.meta["val"].shape):
+        q = same
+        nodes.append(q)
+    return q, items[1], nodes
 
 
 def _rope_alone(view: Node, backward) -> Optional[HeadNorm]:
@@ -569,9 +603,10 @@ class _Rewrite:
         """The pre-activation, or a piece of the activation computed from it, is still read outside the
         activation (by the backward): the epilogue stores the pre-activation, and those readers recompute from it.
         The same for a per-head norm: its input (the projection's output), where the backward reads the norm."""
-        if self.head is not None:
+        if self.head is not None:  # (the output gates are the output's odd heads)
             inner = self.head.nodes - {self.head.output}
-            return any(u not in self.head.nodes for n in (*self.pre, *inner) for u in n.users)
+            return any(u not in self.head.nodes and u is not self.head.gate for n in (*self.pre, *inner)
+                       for u in n.users)
         if self.activation == "none":
             return False
         inner = [n for n in self.act_nodes if n is not self.act_output]
@@ -717,6 +752,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         rope=bool(rw.head and rw.head.cos is not None),
                                         rope_interleaved=bool(rw.head and rw.head.rope_interleaved),
                                         rope_dim=rw.head.kernel_rope_dim if rw.head else 0,
+                                        head_gates=bool(rw.head and rw.head.gate is not None),
                                         head_norm=bool(rw.head is None or rw.head.has_norm),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
@@ -855,7 +891,7 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                       if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
                                           rope_sin=tables[1], rope_interleaved=head.rope_interleaved,
-                                          rope_dim=head.kernel_rope_dim)
+                                          rope_dim=head.kernel_rope_dim, head_gates=head.gate is not None)
             if head_eps is None:
                 on["head_eps"] = head.eps
             else:  # a graph input (dynamic shapes): the kernel reads it
@@ -869,8 +905,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             out, aux_out, _ = gemm(a, w, v, None, scale, shift, u, norm, activation, aux, "none", w_kn, **on)
         if head is None:
             results = [out.view(out_shape)]
-        else:  # the model's [B, H, L, D] view (or [B, L, H, D])
-            out = out.view(B, L, H, D)
+        else:  # the model's [B, H, L, D] view (or [B, L, H, D]); with output gates, the q half of [B, L, H, 2D]
+            out_all = out
+            out = out.view(B, L, H, 2 * D)[..., :D] if head.gate is not None else out.view(B, L, H, D)
             results = [out.permute(0, 2, 1, 3) if head.transposed else out]
         if aux:
             if gated:
@@ -878,6 +915,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                 results += [pairs[..., 0].reshape(pre_shape), pairs[..., 1].reshape(pre_shape)]
             else:
                 results.append(aux_out.view(pre_shape))
+        if head is not None and head.gate is not None:  # the gates: the odd heads, as the projection wrote them
+            results.append(out_all.view(B, L, H, 2 * D)[..., D:])
         return tuple(results)
 
     w_nodes = [c.weight for c in consumers] + [None] * (2 - len(consumers))
@@ -901,6 +940,9 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     if aux:
         for pre, value in zip(rw.pre, outputs[1:]):
             pre.replace_all_uses_with(value)
+    if head is not None and head.gate is not None:
+        head.gate.replace_all_uses_with(outputs[-1])
+        graph.erase_node(head.gate)
     if aux and head is not None:  # the norm's nodes the backward reads now read aux, inserted after them: move
         order = {n: i for i, n in enumerate(graph.nodes)}  # them after it, in their order
         last = max(outputs, key=order.__getitem__)

@@ -2,8 +2,9 @@
 
 Each case builds a small random model from the structures the rewrites look for, stacked one to three deep: pre-norm
 blocks (a norm feeding one projection with an activation, a gated pair as Llama's MLP, three projections summed, or
-causal attention with or without a per-head QK-norm and RoPE, or NanoChat's weightless QK-norm after RoPE, back
-into the residual stream; a final norm and head),
+causal attention with or without a per-head QK-norm and RoPE, or NanoChat's weightless QK-norm after RoPE, its q
+projection at times with each head's output gate (Qwen3-Next's), back into the residual stream; a final norm and
+head),
 post-norm blocks (the stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the
 forms real models write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers'
 Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and
@@ -168,14 +169,16 @@ class PreNormAttention(nn.Module):
     Qwen3's) and rotate-half RoPE on them (``rope``: None or rotate_half's form), after the heads' transpose or,
     ``rope_before_transpose``, before it with the tables unsqueezed at the heads (Gemma 4's); ``qk_norm``
     "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's), "weighted_after_rope" one with a
-    weight (HunYuan's). ``rope_in_fp32``: q and k rotated in fp32 and cast back (Cohere's). A 2-D input is one
-    sequence."""
+    weight (HunYuan's). ``rope_in_fp32``: q and k rotated in fp32 and cast back (Cohere's). ``gated_q``: the q
+    projection twice as wide, each head's q and its output gate side by side, chunked apart; the attention's
+    output times σ(gate) (Qwen3-Next's and Qwen3.5's). A 2-D input is one sequence."""
 
-    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False, rope_in_fp32=False):
+    def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False, rope_in_fp32=False,
+                 gated_q=False):
         super().__init__()
         self.norm, self.heads, self.head_dim, self.rope = norm, d // head_dim, head_dim, rope
-        self.rope_before_transpose, self.rope_in_fp32 = rope_before_transpose, rope_in_fp32
-        self.q, self.k, self.v = (nn.Linear(d, d, bias=bias) for _ in range(3))
+        self.rope_before_transpose, self.rope_in_fp32, self.gated_q = rope_before_transpose, rope_in_fp32, gated_q
+        self.q, self.k, self.v = (nn.Linear(d, d * (2 if gated_q and i == 0 else 1), bias=bias) for i in range(3))
         self.o = nn.Linear(d, d, bias=bias)
         weighted = qk_norm is True or qk_norm == "weighted_after_rope"
         self.q_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
@@ -186,7 +189,13 @@ class PreNormAttention(nn.Module):
 
     def forward(self, x):
         h = self.norm(x)
-        q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
+        gate = None
+        if self.gated_q:
+            q, gate = torch.chunk(self.q(h).view(*x.shape[:-1], self.heads, 2 * self.head_dim), 2, dim=-1)
+            q, gate = q.view(*x.shape[:-1], self.heads, self.head_dim), gate.reshape(x.shape)
+            k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.k, self.v))
+        else:
+            q, k, v = (p(h).view(*x.shape[:-1], self.heads, self.head_dim) for p in (self.q, self.k, self.v))
         if self.q_norm is not None and not self.norm_after_rope:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope == "complex":  # Llama 4's: before the transpose, its norm too
@@ -216,8 +225,8 @@ class PreNormAttention(nn.Module):
             q, k = q.to(dtype), k.to(dtype)
         if self.rope != "complex":
             q, k = self._norm_after_rope(q, k)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return x + self.o(o.transpose(-2, -3).reshape(x.shape))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(-2, -3).reshape(x.shape)
+        return x + self.o(o * torch.sigmoid(gate) if gate is not None else o)
 
     def _norm_after_rope(self, q, k):
         if self.norm_after_rope and self.q_norm is not None:
@@ -289,7 +298,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
     dtype = rng.choice(dtypes)
     d = rng.choice(dims)
     head_dims = [h for h in ([64, 128] if cuda else [8, 16]) if d % h == 0] or [d]
-    return dict(family=family, kinds=kinds, d=d, ff=rng.choice(ffs), m=m, batch=batch,
+    case = dict(family=family, kinds=kinds, d=d, ff=rng.choice(ffs), m=m, batch=batch,
                 dtype=dtype, train=train, eps=rng.choice([1e-5, 1e-6, 1e-12]), bias=rng.random() < 0.5,
                 norms=[rng.choice(list(NORMS)) for _ in range(layers + 1)],
                 mlps=[rng.choice(["plain", "gated", "qkv", "attention"]) for _ in range(layers)],
@@ -301,6 +310,10 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                 mean=rng.choice([0.0, 0.0, 10.0, 1000.0]), seed=rng.randrange(2**31), config=rng.randrange(64),
                 # dynamic=True, and a second length (another sequence length of a 3-D input)
                 dynamic=rng.random() < 0.3, m2=m + (batch or 1) * rng.randint(1, 9))
+    # the attention's q projection with output gates (Qwen3-Next's), drawn apart from ``rng``: the cases drawn
+    # before it was added stay the same
+    case["gated_q"] = random.Random(case["seed"]).random() < 0.3
+    return case
 
 
 def _qk_norm(draw: float):
@@ -316,7 +329,8 @@ def build(case: dict) -> Model:
     for i, kind in enumerate(case["kinds"]):
         norm = NORMS[case["norms"][i]](d, eps)
         if kind == "pre" and case["mlps"][i] == "attention":
-            blocks.append(PreNormAttention(norm, d, case["head_dim"], case["qk_norm"], case["rope"], case["bias"], eps))
+            blocks.append(PreNormAttention(norm, d, case["head_dim"], case["qk_norm"], case["rope"], case["bias"], eps,
+                                           gated_q=case.get("gated_q", False)))
         elif kind == "pre":
             blocks.append(PreNormBlock(norm, d, ff, case["mlps"][i], case["acts"][i], case["bias"]))
         else:

@@ -4,7 +4,7 @@ Each case draws an epilogue (consumer: RMSNorm or LayerNorm row norm with an act
 without the stored pre-activation; producer: bias, residual (optionally normalized on load) and RMSNorm or LayerNorm partial statistics,
 the stream's mean up to 1000 σ; per_head: a q/k projection with a per-head RMSNorm (QK-norm) or RoPE alone, with or without the
 input's row norm, a bias, RoPE over the head's halves, neighbouring pairs or the halves of its first quarter or half,
-and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
+each head's output gate after it at times, and the stored projection output), shapes that are not multiples of the tiles (M from 1, odd K and N), fp16/bf16/fp32,
 a weight stored [N, K] or [K, N], and operands that are contiguous, row-sliced (a wider row stride) or transposed.
 Every case must either run the kernel within tolerance or take the op's torch fallback, also within tolerance,
 for a reason the kernel's check names (``epilogue_gemm.unsupported_reason``).
@@ -68,14 +68,15 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                                write_aux=rng.random() < 0.5, head_dim=head_dim, rope=rope,
                                head_norm=not rope or rng.random() < 0.7,  # else RoPE alone
                                rope_interleaved=form == "interleaved",
-                               rope_dim=head_dim // rng.choice([2, 4]) if form == "partial" else 0)
+                               rope_dim=head_dim // rng.choice([2, 4]) if form == "partial" else 0,
+                               head_gates=rng.random() < 0.2)  # Qwen3-Next's q: each head's output gate after it
     sizes = [1, 8, 16, 40, 64, 200] if device != "cuda" else [1, 8, 64, 520, 1000, 1024, 4097]
     M = rng.choice([1, 3, rng.randint(1, max_m), max_m])
     K, N = rng.choice(sizes[1:]), rng.choice(sizes[1:])
     if epilogue.gated:
         N += N % 2
-    if epilogue.head_dim:  # whole heads
-        N = epilogue.head_dim * rng.randint(1, 16 if device == "cuda" else 3)
+    if epilogue.head_dim:  # whole heads (and with gates, whole (head, gate) pairs)
+        N = epilogue.head_dim * rng.randint(1, 16 if device == "cuda" else 3) * (2 if epilogue.head_gates else 1)
     return dict(family=family, epilogue=epilogue, M=M, K=K, N=N, dtype=rng.choice(dtypes),
                 w_kn=rng.random() < 0.3, layout_a=rng.choice(["contiguous", "contiguous", "sliced", "transposed"]),
                 layout_r=rng.choice(["contiguous", "sliced"]), shift=rng.choice([0.0, 0.0, 100.0, 1000.0]))
@@ -108,6 +109,8 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
         weight, eps, cos, sin = head
         D = epilogue.head_dim
         z = acc.view(acc.shape[0], -1, D)
+        if epilogue.head_gates:  # the even heads; the odd ones (their output gates) as projected
+            z = z[:, 0::2]
         if weight is not None:  # else RoPE alone
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
         if cos is not None:
@@ -119,6 +122,8 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
                 rotated = torch.cat([-z_rot[..., R // 2:], z_rot[..., :R // 2]], -1)
             z_rot = z_rot * cos.double()[:, None, :R] + rotated * sin.double()[:, None, :R]
             z = torch.cat([z_rot, z_pass], -1)
+        if epilogue.head_gates:
+            z = torch.stack([z, acc.view(acc.shape[0], -1, D)[:, 1::2]], 2)
         return z.reshape(acc.shape), acc
     acts = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
             "silu": F.silu, "relu2": lambda z: F.relu(z) ** 2}
@@ -179,7 +184,7 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
                                                                                   (angles.sin(), 0.0)))
         head = (weight, 1e-6, cos, sin)
         head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin,
-                         rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim)
+                         rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim, head_gates=e.head_gates)
         if rng.random() < 0.3:  # eps as dynamic shapes pass it: a 0-d fp64 graph input on the host
             head_args.update(head_eps=0.0, head_eps_tensor=torch.tensor(1e-6, dtype=torch.float64))
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do

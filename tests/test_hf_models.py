@@ -53,6 +53,11 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 # glm4_moe (GLM-4.5): as llama4, with per-head q/k norms (with weight) before a rotate-half RoPE over the first half
 #     of each head: both into the q/k projections' epilogue (the kernel's rotation over groups of half a head). Its
 #     first layer's MLP is dense (regrouped); the second's norm feeds the mixture of experts: post-norm, into o_proj.
+# qwen3_5: a linear-attention layer (gated delta rule), then a full-attention one: llama's five regrouped sites; the
+#     full-attention layer's q projection also computes each head's output gate (chunked apart), and its per-head
+#     q/k norms and the RoPE over a quarter of each head go into the q/k epilogues, the gates passed through. The
+#     linear attention's gated norm (norm(x)·silu(z)) reaches its output projection through the gate's multiply:
+#     left, as UNFUSED says.
 # llama4: RoPE as complex numbers and a weightless per-head norm after it, both before the heads' transpose: into
 #     the q/k projections' epilogue (the interleaved RoPE); the norm after attention feeds the mixture of experts
 #     (its router and grouped experts: no consumer the regrouped family takes), so the post-norm family fuses it
@@ -65,20 +70,21 @@ EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "glm4_moe": {"regrouped_norm": 4, "matmul_norm": 1},
             "hunyuan": {"regrouped_norm": 5},
             "llama4": {"regrouped_norm": 3, "matmul_norm": 2},
-            "nanochat": {"regrouped_norm": 5},
+            "nanochat": {"regrouped_norm": 5}, "qwen3_5": {"regrouped_norm": 5},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
             "cohere": {"regrouped_norm": 3},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
 # regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan, llama4: RoPE + QK-norm) in the epilogue
-QK_NORMS = {"gemma3": 2, "gemma4": 2, "glm4_moe": 2, "hunyuan": 2, "llama4": 2, "nanochat": 2, "qwen3": 2}
+QK_NORMS = {"gemma3": 2, "gemma4": 2, "glm4_moe": 2, "hunyuan": 2, "qwen3_5": 1, "llama4": 2, "nanochat": 2, "qwen3": 2}
 # regrouped q/k/v sites with RoPE alone in the epilogue (no per-head norm): rotate-half (llama), interleaved in fp32
 # (cohere), interleaved over half of each head (glm4)
 ROPE_ALONE = {"llama": 2, "cohere": 2, "glm4": 2}
 # sites no family fuses, each with the start of its reason
 UNFUSED = {"gemma4": {("qk_norm", "feeds attention as its values"): 2,
                       ("standalone", "feeds no matmul or attention"): 1},
-           "nanochat": {("standalone", "feeds no matmul or attention"): 1}}
+           "nanochat": {("standalone", "feeds no matmul or attention"): 1},
+           "qwen3_5": {("standalone", "feeds no matmul or attention"): 1}}
 FAMILIES = list(EXPECTED)
 # Trained too (a training compile costs 30-100 s here): one family per norm form the backward sees (gemma4: the
 # pow(·, -0.5) RMSNorm, RoPE before the transpose). Left to
@@ -118,7 +124,7 @@ def test_every_norm_site_fused_or_explained(family, train):
     torch.manual_seed(0)
     newer = {"gemma4": "Gemma4ForCausalLM", "glm4_moe": "Glm4MoeForCausalLM",
              "hunyuan": "HunYuanDenseV1ForCausalLM", "llama4": "Llama4ForCausalLM",
-             "nanochat": "NanoChatForCausalLM"}
+             "nanochat": "NanoChatForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}
     if family in newer and not hasattr(transformers, newer[family]):
         pytest.skip(f"transformers {transformers.__version__} has no {family}")
     model = hf_models.tiny_model(family)

@@ -143,14 +143,17 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved, partial", [
-    (True, False, False, True, False, 1), (False, False, False, True, False, 1), (True, True, False, True, False, 1),
-    (True, False, True, True, False, 1), (True, False, False, False, False, 1), (True, True, False, True, True, 1),
-    (True, False, False, False, True, 1), (True, True, False, True, False, 4), (True, False, False, False, False, 2)],
+@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved, partial, gates", [
+    (True, False, False, True, False, 1, False), (False, False, False, True, False, 1, False),
+    (True, True, False, True, False, 1, False), (True, False, True, True, False, 1, False),
+    (True, False, False, False, False, 1, False), (True, True, False, True, True, 1, False),
+    (True, False, False, False, True, 1, False), (True, True, False, True, False, 4, False),
+    (True, False, False, False, False, 2, False), (True, True, False, True, False, 4, True),
+    (False, False, False, True, False, 1, True)],
     ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone", "interleaved_aux", "interleaved_alone",
-         "quarter_aux", "half_alone"])
+         "quarter_aux", "half_alone", "gates_quarter_aux", "gates_no_rope"])
 def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm,
-                                              interleaved, partial):
+                                              interleaved, partial, gates):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
@@ -159,9 +162,11 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
     as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form).
     ``partial`` > 1: rotate-half over the first head_dim / partial dims of each head only, the rest passed through
     (GPT-NeoX's, GLM-4.5's), as the kernel's rotation over groups of that width with tables of cos 1, sin 0 past
-    it; the reference rotates the first dims alone."""
+    it; the reference rotates the first dims alone. ``gates``: every other head is the output gate of the one
+    before it (Qwen3-Next's q projection), written as the projection computes it."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
+        heads += heads % 2 if gates else 0  # (head, gate) pairs
         N = heads * head_dim
         a = (torch.randn(M, K) * 2 + 0.5).to(DEVICE, dtype)
         w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
@@ -172,7 +177,7 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
         rope_dim = R if partial > 1 else 0
         epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm,
-                               rope_interleaved=interleaved, rope_dim=rope_dim)
+                               rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates)
         tables = {}
         if rope:  # padded past the rotated dims: cos 1, sin 0
             tables = dict(rope_cos=F.pad(cos, (0, head_dim - R), value=1.0), rope_sin=F.pad(sin, (0, head_dim - R)))
@@ -182,12 +187,16 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
             head_eps=eps_value)
         out, aux, _ = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", write_aux,
                                               "none", False, head_dim=head_dim, head_weight=head_weight,
-                                              rope_interleaved=interleaved, rope_dim=rope_dim, **tables, **eps)
+                                              rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates,
+                                              **tables, **eps)
         z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
         if write_aux:
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
         else:
             assert aux.numel() == 0
+        projected = z
+        if gates:  # the q heads alone; their gates are the projection's output
+            z = z[:, 0::2]
         if head_norm:
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
         z_rot, z_pass = z[..., :R], z[..., R:]
@@ -197,6 +206,8 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
             rotated = torch.cat([-z_rot[..., R // 2:], z_rot[..., :R // 2]], -1)
         if rope:
             z = torch.cat([z_rot * cos.double()[:, None, :] + rotated * sin.double()[:, None, :], z_pass], -1)
+        if gates:
+            z = torch.stack([z, projected[:, 1::2]], 2)
         assert not out.isnan().any(), "an output element was not written"
         assert rel(out, z.reshape(M, N)) < tol(dtype), (M, K, heads, head_dim, rel(out, z.reshape(M, N)))
 
@@ -977,6 +988,23 @@ def test_partial_rope_runs_in_the_epilogue(train, form, piece):
     _attention_block_matches_eager(model, train)
     taken = [s for s in nfi.reports() if s.rewritten and f"({piece} in the epilogue" in s.reason]
     assert len(taken) == 1, [s.line() for s in nfi.reports()]
+
+
+@pytest.mark.parametrize("rope", ["slice", "partial_quarter"])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_q_projection_with_output_gates_takes_its_qk_norm_into_the_epilogue(train, rope):
+    """Qwen3-Next's and Qwen3.5's q projection: twice as wide, chunked into each head's q and its output gate (the
+    attention's output times σ(gate)). Its QK-norm and RoPE (over a quarter of each head, as theirs) go into the
+    epilogue on the q heads, the gates written as projected; no q/k norm is left unfused; output and gradients as
+    eager's."""
+    torch.manual_seed(13)
+    norm = fuzz_models.NORMS["llama_rms_norm"](32, 1e-6)
+    model = fuzz_models.PreNormAttention(norm, 32, 16, qk_norm=True, rope=rope, bias=False, eps=1e-6,
+                                         gated_q=True).to(DEVICE)
+    _attention_block_matches_eager(model, train)
+    lines = [s.line() for s in nfi.reports()]
+    assert all(s.rewritten for s in nfi.reports()), lines
+    assert sum("(QK-norm + RoPE in the epilogue" in s.reason for s in nfi.reports()) == 1, lines
 
 
 @pytest.mark.parametrize("rope", ["slice", "interleaved"])

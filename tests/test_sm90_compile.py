@@ -274,6 +274,16 @@ def _epilogue_gemm(eg):
                                        rope_dim=rope_dim, write_aux=aux is not None),
                   head_norm=eg.HeadNorm(_empty(head_dim) if aux is not None else None, 1e-6, _empty(M, head_dim),
                                         _empty(M, head_dim)))
+    # output gates between the heads (Qwen3-Next's q): QK-norm + RoPE over a quarter on every config, heads of 128;
+    # with training's aux store, heads of 256 (one head a tile at BLOCK_N 256)
+    for cfg in eg.GPU_CONFIGS:
+        eg.launch(cfg, a, w, _empty(M, N), scale=rows,
+                  epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, rope_dim=32, head_gates=True),
+                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 128), _empty(M, 128)))
+    eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=_empty(M, N), scale=rows,
+              epilogue=eg.Epilogue(row_norm="rms", head_dim=256, rope=True, rope_dim=64, head_gates=True,
+                                   write_aux=True),
+              head_norm=eg.HeadNorm(_empty(256), 1e-6, _empty(M, 256), _empty(M, 256)))
     # its eps read from a tensor (a graph input under dynamic shapes)
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
               scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),

@@ -139,14 +139,15 @@ def label_of(cfg: dict) -> str:
 
 
 SITE_FIELDS = {"head_dim": int, "rope": lambda v: bool(int(v)), "head_norm": lambda v: bool(int(v)),
-               "rope_interleaved": lambda v: bool(int(v)), "rope_dim": int}
+               "rope_interleaved": lambda v: bool(int(v)), "rope_dim": int, "head_gates": lambda v: bool(int(v))}
 
 
 def parse_site(spec: str) -> tuple:
     """(kind, M, K, N, [activation], fields) of "kind:MxKxN[:activation][:field=value ...]"; the fields
     (``SITE_FIELDS``) change the selection's site, e.g. "per_head:16384x4096x4096:rope=1:head_norm=0" (a q
     projection with RoPE alone), ":head_dim=256", ":rope=1:rope_interleaved=1" (GPT-J's pairs) or
-    ":rope=1:rope_dim=64" (partial rotary over halves of the first 64 dims)."""
+    ":rope=1:rope_dim=64" (partial rotary over halves of the first 64 dims); ":head_gates=1": each head's output
+    gate after it (Qwen3-Next's q projection)."""
     kind, shape, *rest = spec.split(":")
     M, K, N = (int(v) for v in shape.split("x"))
     fields = {}
@@ -204,7 +205,7 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
         if site.head_dim:
             head = (f" head_dim {site.head_dim}{' rope' if site.rope else ''}{'' if site.head_norm else ' no-norm'}"
                     f"{' interleaved' if site.rope_interleaved else ''}"
-                    f"{f' rope_dim {site.rope_dim}' if site.rope_dim else ''}")
+                    f"{f' rope_dim {site.rope_dim}' if site.rope_dim else ''}{' gates' if site.head_gates else ''}")
         name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}{head}"
         print(f"\n{name}: ms (/ best config), cuBLAS {t['cublas']:.4f}; {len(fns) - 1} configs compiled one by one "
               f"in {compile_s:.1f} s", flush=True)
@@ -212,7 +213,7 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
             print(f"  {label:34s} {ms:.4f} ({ms / best:.3f})")
         rows.append(dict(kind=kind, M=site.M, K=site.K, N=site.N, activation=site.activation, aux=site.write_aux,
                          head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
-                         rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim,
+                         rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates,
                          cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
         fns.clear()
         torch.cuda.empty_cache()
@@ -233,7 +234,8 @@ def main() -> int:
     p.add_argument("--json", help="with --grid: the times as JSON")
     p.add_argument("--sites", nargs="+", help="with --grid: these sites (kind:MxKxN[:activation][:field=value], kind "
                                               "as calibrate.GridSite's or consumer_ln_gelu; fields head_dim, rope, "
-                                              "head_norm, rope_interleaved, rope_dim) instead of the grid's")
+                                              "head_norm, rope_interleaved, rope_dim, head_gates) instead of the "
+                                              "grid's")
     args = p.parse_args()
     if args.grid:
         grid(args.rounds, args.json, args.sites)

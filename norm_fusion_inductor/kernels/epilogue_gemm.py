@@ -18,7 +18,9 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   ``ROPE_DIM`` < D (halves only): each group of ROPE_DIM columns of a head is rotated over its own halves, pairs
   (j, j + ROPE_DIM/2) within the group. Partial rotary over the first R dims (GPT-NeoX's, GLM-4.5's) is that with
   ROPE_DIM = R and tables of cos 1, sin 0 past R: the other groups pass through (z·1 + rotate(z)·0).
-  ``HEAD_NORM`` off: the rotary embedding alone (a Llama-style q/k projection, no QK-norm).
+  ``HEAD_NORM`` off: the rotary embedding alone (a Llama-style q/k projection, no QK-norm). ``HEAD_GATES``: the
+  odd heads (global head index n // D) are the even heads' output gates, written as they are (Qwen3-Next's and
+  Qwen3.5's q projection, [q_h, gate_h] per head): rstd 1, weight 1, cos 1, sin 0 there.
 * ``HAS_RESIDUAL`` — a residual tile [M, N] added (the residual stream's producer); with ``RESIDUAL_NORM`` the
   tile is itself a stream read as its normalized value, r̂ = (r·rstd_r[m] − (rstd_r·μ_r)[m])·γ_r[n] + β_r[n]
   (a post-norm block's next residual add: the normalized tensor is never written).
@@ -107,31 +109,42 @@ def _group_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, R:
 
 
 @triton.jit
-def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM: tl.constexpr, ROPE: tl.constexpr,
-               INTERLEAVED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-               R: tl.constexpr):
+def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM: tl.constexpr,
+               ROPE: tl.constexpr, INTERLEAVED: tl.constexpr, GATES: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):
     """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
     z·cos + rotate(z)·sin, the pairs halves (of each group of R columns where R < D) or (INTERLEAVED)
-    neighbours."""
+    neighbours. GATES: the odd heads (each even head's output gate) pass through: rstd 1, weight 1, cos 1, sin 0
+    there."""
     G: tl.constexpr = BLOCK_N // D
     z = tl.reshape(z, (BLOCK_M, G, D))
     d = tl.arange(0, D)
+    if GATES:
+        normed = ((off_n // D + tl.arange(0, G)) % 2 == 0)[None, :]  # [1, G]: a q head, not a gate
     if HEAD_NORM:
-        z = z * tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)[:, :, None]
-        z = z * tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
+        rstd = tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)
+        w = tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
+        if GATES:
+            rstd = tl.where(normed, rstd, 1.0)
+            w = tl.where(normed[:, :, None], w, 1.0)
+        z = z * rstd[:, :, None] * w
     if ROPE:
         rows = offs_m[:, None] * D + d[None, :]
         inside = (offs_m < M)[:, None]
         cos = tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32)
         sin = tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32)
+        TG: tl.constexpr = 1 + (G - 1) * GATES  # the tables' heads: one, or (GATES) each head's own
+        if GATES:  # the gates' cos 1 and sin 0
+            cos = tl.reshape(tl.where(normed[:, :, None], cos[:, None, :], 1.0), (BLOCK_M, G * D))
+            sin = tl.reshape(tl.where(normed[:, :, None], sin[:, None, :], 0.0), (BLOCK_M, G * D))
         if R < D:  # groups of R columns, each over its halves: [BLOCK_M, G, D/R, R/2] members
-            cos1, cos2 = _group_halves(cos, BLOCK_M, 1, D, R)
-            sin1, sin2 = _group_halves(sin, BLOCK_M, 1, D, R)
+            cos1, cos2 = _group_halves(cos, BLOCK_M, TG, D, R)
+            sin1, sin2 = _group_halves(sin, BLOCK_M, TG, D, R)
             x1, x2 = _group_halves(z, BLOCK_M, G, D, R)
             z = tl.permute(tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2), (0, 1, 2, 4, 3))
         else:
-            cos1, cos2 = _head_halves(cos, BLOCK_M, 1, D, INTERLEAVED)
-            sin1, sin2 = _head_halves(sin, BLOCK_M, 1, D, INTERLEAVED)
+            cos1, cos2 = _head_halves(cos, BLOCK_M, TG, D, INTERLEAVED)
+            sin1, sin2 = _head_halves(sin, BLOCK_M, TG, D, INTERLEAVED)
             x1, x2 = _head_halves(z, BLOCK_M, G, D, INTERLEAVED)
             z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
             if not INTERLEAVED:
@@ -314,6 +327,7 @@ def epilogue_gemm_kernel(
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     ROPE_INTERLEAVED: tl.constexpr,  # its pairs neighbouring columns, not halves
     ROPE_DIM: tl.constexpr,  # over halves: the width of each rotated group of a head's columns (HEAD_DIM: all)
+    HEAD_GATES: tl.constexpr,  # the odd heads are the even ones' output gates: passed through
     RESIDUAL_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of the residual, applied on load
     HAS_RES_WEIGHT: tl.constexpr, HAS_RES_BIAS: tl.constexpr,
     POST_NORM: tl.constexpr,  # 0 none, 1 RMSNorm, 2 LayerNorm of z over whole rows (N <= BLOCK_N)
@@ -396,8 +410,8 @@ def epilogue_gemm_kernel(
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
             eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
-            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, M, HEAD_NORM, ROPE,
-                             ROPE_INTERLEAVED, BLOCK_M, BLOCK_N, HEAD_DIM, ROPE_DIM)
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM, ROPE,
+                             ROPE_INTERLEAVED, HEAD_GATES, BLOCK_M, BLOCK_N, HEAD_DIM, ROPE_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
             if RESIDUAL_NORM != 0:
@@ -470,6 +484,8 @@ class Epilogue:
     # the tables cos 1, sin 0 past the rotated dims); 0: the head's halves
     rope_dim: int = 0
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
+    # with head_dim: the heads alternate with their output gates (Qwen3-Next's q projection), passed through
+    head_gates: bool = False
     post_norm: str = "none"  # "none" | "rms" | "ln": the norm of z over whole rows (N <= MAX_POST_NORM_N)
     residual_after: bool = False  # with post_norm: a residual added after the norm
 
@@ -502,6 +518,8 @@ class Epilogue:
                                   and not self.rope_dim & (self.rope_dim - 1)):
             raise ValueError(f"rope_dim {self.rope_dim}: groups of rotated columns over halves need rope, not "
                              f"interleaved, and a power of two under head_dim {self.head_dim}")
+        if self.head_gates and not self.head_dim:
+            raise ValueError("head_gates are passed-through heads between normalized ones: they need head_dim")
         if not self.head_norm and not (self.head_dim and self.rope):
             raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
@@ -596,6 +614,9 @@ def unsupported_reason(a: torch.Tensor, w: torch.Tensor, w_kn: bool, epilogue: E
         return f"a gated activation needs an even N (gate/up pairs), got {N}"
     if epilogue.head_dim and N % epilogue.head_dim:
         return f"a per-head norm needs whole heads: N={N}, head_dim={epilogue.head_dim}"
+    if epilogue.head_gates and N % (2 * epilogue.head_dim):
+        return (f"a per-head norm with output gates needs whole (head, gate) pairs: N={N}, "
+                f"head_dim={epilogue.head_dim}")
     if epilogue.post_norm != "none":
         return post_norm_problem(a.shape[0], N)
     return None
@@ -742,6 +763,7 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
         WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
         ROPE_INTERLEAVED=epilogue.rope_interleaved, ROPE_DIM=epilogue.rope_dim or epilogue.head_dim,
+        HEAD_GATES=epilogue.head_gates,
         EPS_FROM_PTR=isinstance(eps, torch.Tensor),
         RESIDUAL_NORM=STATS[epilogue.residual_norm],
         HAS_RES_WEIGHT=residual_norm is not None and residual_norm.weight is not None,

@@ -83,6 +83,11 @@ BLOCKS = {
     "gemma3_4b_layer": dict(kind="hf", family="gemma3", hidden=2560, batch=4, seq=2048,
                             config=dict(intermediate_size=10240, num_attention_heads=8, num_key_value_heads=4,
                                         head_dim=256, sliding_window=1024, max_position_embeddings=4096)),
+    # Qwen3_5TextConfig's default sizes, one full-attention layer: its q projection also computes each head's
+    # output gate (chunked apart), (1 + w) QK-norms at head_dim 256 and RoPE over the first 64 dims of each head
+    "qwen3_5_layer": dict(kind="hf", family="qwen3_5", hidden=4096, batch=4, seq=2048,
+                          config=dict(intermediate_size=12288, num_attention_heads=16, num_key_value_heads=4,
+                                      head_dim=256, max_position_embeddings=4096)),
     # Gemma4TextConfig's default sizes (transformers with Gemma 4): RMSNorm written with pow(., -0.5), sandwich
     # norms, one full-attention layer (heads of 512: its QK-norm stays unfused); per-layer inputs off, since they
     # need token ids and the block runs on embeddings

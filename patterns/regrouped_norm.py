@@ -141,7 +141,7 @@ class HeadNorm:
     (``norm_after_rope``: NanoChat's without weight, HunYuan's with one). A rotation keeps each head's sum of
     squares, so norm(RoPE(x))·γ = n·(γ·cos) + rotate_half(n)·(γ·sin) with n = norm(x): the epilogue's norm takes a
     weight of ones and γ goes into the tables."""
-    view: Node  # the [B, L, H, D] view of the projection's output
+    view: Node  # the [B, L, H, D] view of the projection's output (with output gates: the q half of it)
     weight: Optional[Node]  # None: no per-head norm (RoPE alone)
     eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
     output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's

@@ -369,14 +369,19 @@ def check_case(case: dict, device: str) -> collections.Counter:
     compiled = torch.compile(model, backend="norm_fusion", options={"norm_fusion": {"policy": "always"}},
                              dynamic=True if case["dynamic"] else None)
     outcomes = collections.Counter()
-    # called twice at the first length: state kept between calls (the inference fold cache) shows at the second
-    for m in [case["m"], case["m"]] + ([case["m2"]] if case["dynamic"] else []):
+    for m in _lengths(case):
         for why in _compare(compiled, (model, model64, eager), make_input(case, device, m), case):
             outcomes[f"quantities not compared: {why}"] += 1
     for site in nfi.reports():
         assert site.reason, f"a site without a reason: {site.line()} in {case}"
         outcomes["rewritten" if site.rewritten else f"not rewritten: {site.reason.split(';')[0][:90]}"] += 1
     return outcomes
+
+
+def _lengths(case: dict) -> list:
+    """The input lengths a case is called at, in order: twice the first (state kept between calls, the inference
+    fold cache, shows at the second), then a dynamic case's second length."""
+    return [case["m"], case["m"]] + ([case["m2"]] if case["dynamic"] else [])
 
 
 def _compare(compiled, modules, x, case) -> list:
@@ -497,13 +502,15 @@ def _default_fails_too(case: dict, device: str) -> bool:
 
 
 def _default_wrong_too(case: dict, device: str) -> bool:
-    """Whether plain torch.compile (Inductor, no plugin) fails the same bounds on the case's first input."""
+    """Whether plain torch.compile (Inductor, no plugin) fails the same bounds on the case's inputs, called at
+    the same lengths in the same order (a dynamic case's second length compiles again)."""
     model = build(case).to(device, case["dtype"])
     model64, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
     torch._dynamo.reset()
     compiled = torch.compile(model, dynamic=True if case["dynamic"] else None)
     try:
-        _compare(compiled, (model, model64, eager), make_input(case, device, case["m"]), case)
+        for m in _lengths(case):
+            _compare(compiled, (model, model64, eager), make_input(case, device, m), case)
     except AssertionError:
         return True
     except Exception:  # a crash of its own is not the same wrong result

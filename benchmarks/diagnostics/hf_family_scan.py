@@ -5,6 +5,7 @@ the error against eager, and each unfused site's reason. Run it under
 the Triton interpreter (the kernels run on the CPU in fp32):
 
     TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py mistral qwen2 smollm3 ...
+    TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py qwen3_next --layer-type full_attention
 
 The config: hidden 64, 2 layers, 4 heads of 16 (2 key/value heads), intermediate 128, vocabulary 128, and for a
 mixture of experts 2 experts, 1 per token — each only where the family's config has that field. A family whose
@@ -25,8 +26,9 @@ TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_la
             q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
 
 
-def tiny_config(family: str, leave_out=()):
-    """The family's config with the fields of ``TINY`` that it has (but ``leave_out``) set to them."""
+def tiny_config(family: str, leave_out=(), layer_type: str = ""):
+    """The family's config with the fields of ``TINY`` that it has (but ``leave_out``) set to them; with
+    ``layer_type`` (e.g. "full_attention") every layer of a hybrid family that has per-layer types is of it."""
     import transformers
 
     cls = transformers.AutoConfig.for_model(family).__class__
@@ -38,10 +40,13 @@ def tiny_config(family: str, leave_out=()):
         except Exception:  # e.g. a field set per layer
             return False
 
-    return cls(**{k: v for k, v in TINY.items() if k not in leave_out and has(k)})
+    fields = {k: v for k, v in TINY.items() if k not in leave_out and has(k)}
+    if layer_type and has("layer_types"):
+        fields["layer_types"] = [layer_type] * TINY["num_hidden_layers"]
+    return cls(**fields)
 
 
-def tiny_model(family: str):
+def tiny_model(family: str, layer_type: str = ""):
     """The family's tiny causal LM, eval mode, and its logits for fixed ids; head_dim (a per-layer field) or the
     key/value heads (multi-head latent attention has none of its own) left to the family where setting them fails."""
     import transformers
@@ -49,7 +54,7 @@ def tiny_model(family: str):
     ids = torch.randint(1, 128, (2, 12))
     for leave_out in ((), ("head_dim",), ("num_key_value_heads",), ("head_dim", "num_key_value_heads")):
         try:
-            model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, leave_out)).eval()
+            model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, leave_out, layer_type)).eval()
             with torch.no_grad():
                 return model, ids, model(input_ids=ids, use_cache=False).logits
         except Exception as e:
@@ -57,9 +62,9 @@ def tiny_model(family: str):
     raise error
 
 
-def scan(family: str) -> str:
+def scan(family: str, layer_type: str = "") -> str:
     try:
-        model, ids, ref = tiny_model(family)
+        model, ids, ref = tiny_model(family, layer_type)
     except Exception as e:
         return f"{family}: skipped, the tiny model does not build or run eagerly: {type(e).__name__}: {e}"[:300]
     nfi.clear_reports()
@@ -83,9 +88,11 @@ def scan(family: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("families", nargs="+", help="transformers model_type names, e.g. mistral qwen2 phi3")
+    ap.add_argument("--layer-type", default="", help="every layer of a hybrid family of this type, e.g. "
+                                                     "full_attention (Qwen3-Next's default tiny layers are linear)")
     args = ap.parse_args(argv)
     for family in args.families:
-        print(scan(family), flush=True)
+        print(scan(family, args.layer_type), flush=True)
     return 0
 
 

@@ -558,9 +558,9 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         # (or the per-head norm's and RoPE's: one pass reading and writing the output)
         # (none where Inductor computes the activation inside the kernels reading it: ``activation_written``)
         trip = (activation != "none" and activation_written) or head_dim
-        # (with output gates between the heads, only the q half makes the trip: the gates are read as written)
-        saved = norm_bytes + (2 * out_bytes // (2 if head_gates else 1) if trip else 0) - (out_bytes if write_aux
-                                                                                              else 0)
+        # (with output gates between the heads only the q half makes the trip: the gates are read as written)
+        trip_bytes = (out_bytes if head_gates else 2 * out_bytes) if trip else 0
+        saved = norm_bytes + trip_bytes - (out_bytes if write_aux else 0)
     else:  # the producer: the GEMM output's write and read by the residual add, and, where the residual is the
         # previous norm's output read normalized on load, that output's write (its last reader gone; its read
         # becomes one of the norm's input, the same bytes)

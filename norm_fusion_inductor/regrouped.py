@@ -19,8 +19,8 @@ epilogue; else the next of those, and the same math in torch ops last, with the 
 adds a per-head RMSNorm of the output (QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d
 ``head_eps_tensor`` that dynamic shapes make of it) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
 rotate-half rotary embedding after it — for a q/k projection (Triton kernel only; ``rope_interleaved``: its pairs
-neighbouring columns, GPT-J's form; ``rope_dim``: over halves, each group of that many columns of a head rotated
-over its own halves, the partial rotary's form with tables of cos 1, sin 0 past the rotated dims; ``head_gates``:
+neighbouring columns, GPT-J's form; ``rope_dim``: the partial rotary, the first that many columns of each head
+rotated over their own halves by tables [M, rope_dim], the others passed through; ``head_gates``:
 the odd heads are the even ones' output gates, passed through); without ``head_weight``, the rotary embedding
 alone. No autograd: the pass inserts it into joint graphs after autograd, whose backward reads ``aux`` (the
 pre-activation) and the statistics.
@@ -303,8 +303,8 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
 def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm, interleaved: bool = False,
                   rope_dim: int = 0, gates: bool = False) -> Tensor:
     """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm (where it has a weight), then (cos and sin given)
-    RoPE, its pairs halves (rotate_half; of each group of ``rope_dim`` columns where given) or, ``interleaved``,
-    neighbouring columns. ``gates``: the odd heads are passed through as they are."""
+    RoPE, its pairs halves (rotate_half; of the first ``rope_dim`` columns where given, tables [M, rope_dim]) or,
+    ``interleaved``, neighbouring columns. ``gates``: the odd heads are passed through as they are."""
     M, N = z.shape
     if gates:  # the even heads alone, their gates between them unchanged
         pairs = z.view(M, N // (2 * head_dim), 2, head_dim)
@@ -314,12 +314,14 @@ def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm, interleaved: 
     if norm.weight is not None:
         z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + norm.eps) * norm.weight.float()
     if norm.cos is not None:
+        if rope_dim and not interleaved:  # the first rope_dim columns rotated, the others as they are
+            rotated = per_head_norm(z[..., :rope_dim].reshape(M, -1), rope_dim, kernel.HeadNorm(None, 0.0, norm.cos,
+                                                                                             norm.sin))
+            return torch.cat([rotated.view(M, -1, rope_dim), z[..., rope_dim:]], -1).reshape(M, N)
         if interleaved:
             rotated = torch.stack([-z[..., 1::2], z[..., 0::2]], -1).flatten(-2)
         else:
-            width = rope_dim or head_dim
-            groups = z.reshape(M, N // width, width)
-            rotated = torch.cat([-groups[..., width // 2:], groups[..., :width // 2]], -1).reshape(z.shape)
+            rotated = torch.cat([-z[..., head_dim // 2:], z[..., :head_dim // 2]], -1)
         z = z * norm.cos.float()[:, None, :] + rotated * norm.sin.float()[:, None, :]
     return z.reshape(M, N)
 

@@ -806,9 +806,9 @@ def epilogue_runner(site: EpilogueSite):
 
     head = {}
     if site.head_dim:
-        D = site.head_dim
-        tables = (torch.rand(M, D, device=dev, dtype=dt), torch.rand(M, D, device=dev, dtype=dt)) if site.rope \
-            else (None, None)
+        D, width = site.head_dim, site.rope_dim or site.head_dim  # the tables' width: the rotated dims
+        tables = (torch.rand(M, width, device=dev, dtype=dt), torch.rand(M, width, device=dev, dtype=dt)) \
+            if site.rope else (None, None)
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1],
                     rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates)

@@ -91,5 +91,5 @@ class EpilogueSite:
     head_norm: bool = True  # with head_dim: False leaves the per-head norm out (RoPE alone)
     fold_bytes: int = 0  # the weight-side passes the fused path adds per call (γ folded into W in training)
     rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's form), not halves
-    rope_dim: int = 0  # RoPE over halves of each group of rope_dim columns of a head (partial rotary); 0: the head
+    rope_dim: int = 0  # RoPE over the halves of the first rope_dim columns of a head (partial rotary); 0: the head
     head_gates: bool = False  # the odd heads are the even ones' output gates, passed through (Qwen3-Next's q)

@@ -164,9 +164,9 @@ class HeadNorm:
 
     @property
     def kernel_rope_dim(self) -> int:
-        """The kernel's ``rope_dim``: the rotated width where RoPE's pairs are halves of it (the tables padded
-        with cos 1, sin 0 pass the other columns through); 0 for the whole head or neighbouring pairs, which the
-        padded tables alone make partial."""
+        """The kernel's ``rope_dim``: the rotated width where RoPE's pairs are halves of it (the kernel reads
+        tables of that width and passes the other columns through); 0 for the whole head or neighbouring pairs,
+        which tables padded with cos 1, sin 0 make partial."""
         return 0 if self.rope_interleaved else self.rope_dim
 
     @property
@@ -457,10 +457,10 @@ def _rope_table(u, head: HeadNorm, table_dim: int, width: int) -> Optional[Node]
 
 def _partial_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMatch]:
     """RoPE over the first R dims of each head, the rest passed through: ``cat((rope(t[..., :R]), t[..., R:]), -1)``
-    (GLM-4's, GLM-4.5's, GPT-NeoX's). With cos = 1 and sin = 0 past R (``RopeMatch.rope_dim``: the consumer pads
-    the tables) it is the whole head's RoPE where its pairs are neighbouring columns (GLM-4's), and where they are
-    halves of the first R (GLM-4.5's: pairs (i, i + R/2)) the kernel's rotation over groups of R columns
-    (``HeadNorm.kernel_rope_dim``), which needs R a power of two: None otherwise."""
+    (GLM-4's, GLM-4.5's, GPT-NeoX's). Where its pairs are neighbouring columns (GLM-4's) it is the whole head's
+    RoPE with cos = 1 and sin = 0 past R (``RopeMatch.rope_dim``: the consumer pads the tables); where they are
+    halves of the first R (GLM-4.5's: pairs (i, i + R/2)), the kernel's partial rotation (``HeadNorm.
+    kernel_rope_dim``, tables [.., R]), which needs R a power of two: None otherwise."""
     D = head.head_dim
     slices = [u for u in t.users if u.target == aten.slice.Tensor and u.args[1] in (3, -1)
               and (len(u.args) < 5 or u.args[4] == 1)]
@@ -475,7 +475,7 @@ def _partial_rope_of(t: Node, head: HeadNorm, table_dim: int) -> Optional[RopeMa
         return None
     inner = _rope_of(rot, head, table_dim, width=R)
     if inner is not None and not inner.interleaved and R & (R - 1):
-        return None  # over halves: the kernel rotates groups of R columns, a power of two
+        return None  # over halves: the kernel splits a head into groups of R columns, a power of two
     cat = _only_user(inner.out) if inner is not None else None
     if cat is None or cat.target != aten.cat.default or list(cat.args[0]) != [inner.out, keep] or \
             cat.args[1:] not in ((-1,), (3,)) or _only_user(keep) is not cat:
@@ -876,8 +876,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
             if head.rope_complex:  # freqs [.., D/2] complex: its real and imaginary parts, once per pair member
                 parts = torch.view_as_real(cos)
                 cos, sin = (parts[..., i].repeat_interleave(2, -1) for i in (0, 1))
-            if head.rope_dim:  # the dims past it pass through: cos 1, sin 0 there
-                pad = D - head.rope_dim
+            if head.rope_dim and not head.kernel_rope_dim:  # neighbouring pairs: the dims past it pass through
+                pad = D - head.rope_dim  # as cos 1, sin 0 there (over halves the kernel reads [.., rope_dim])
                 cos = torch.cat([cos, cos.new_ones(*cos.shape[:-1], pad)], -1)
                 sin = torch.cat([sin, sin.new_zeros(*sin.shape[:-1], pad)], -1)
             if head.sin_negated:
@@ -887,7 +887,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                     cos, sin = ((t.float() * head_weight.float()).to(t.dtype) for t in (cos, sin))
                 head_weight = torch.ones(D, device=x.device, dtype=x.dtype)
             squeeze = 1 if head.transposed else 2  # a 4-D table: 1 at the heads' dim
-            tables = [(t.squeeze(squeeze) if t.dim() == 4 else t).expand(B, L, D).reshape(B * L, D)
+            width = head.kernel_rope_dim or D
+            tables = [(t.squeeze(squeeze) if t.dim() == 4 else t).expand(B, L, width).reshape(B * L, width)
                       if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
                                           rope_sin=tables[1], rope_interleaved=head.rope_interleaved,

@@ -61,7 +61,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
                                residual_norm=rng.choice(["none", "rms", "ln"]))
     else:
         rope = rng.random() < 0.7
-        head_dim = rng.choice([16, 32, 64, 128] if device == "cuda" else [8, 16])
+        head_dim = rng.choice([16, 32, 64, 128, 256] if device == "cuda" else [8, 16])
         # RoPE's pairs: the head's halves, neighbouring columns, or the halves of its first quarter or half (partial)
         form = rng.choice(["halves", "halves", "interleaved", "partial"]) if rope else "halves"
         epilogue = eg.Epilogue(row_norm=rng.choice(["rms", "rms", "ln", "none"]), bias=rng.random() < 0.3,
@@ -175,13 +175,12 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
         D = e.head_dim
         weight = (torch.rand(D, device=device) + 0.5).to(dt) if e.head_norm else None
         cos = sin = None
-        if e.rope:  # tables of the rotated width R, padded past it with cos 1, sin 0 as the pass pads them
+        if e.rope:  # tables of the rotated width R
             R = e.rope_dim or D
             positions = torch.randint(0, 4096, (M,), generator=torch.Generator().manual_seed(M)).double()
             angles = positions[:, None] / (10000 ** (torch.arange(0, R, 2, dtype=torch.float64) / R))[None, :]
             angles = angles.repeat_interleave(2, -1) if e.rope_interleaved else torch.cat([angles, angles], -1)
-            cos, sin = (F.pad(t, (0, D - R), value=v).to(device, dt) for t, v in ((angles.cos(), 1.0),
-                                                                                  (angles.sin(), 0.0)))
+            cos, sin = angles.cos().to(device, dt), angles.sin().to(device, dt)
         head = (weight, 1e-6, cos, sin)
         head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin,
                          rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim, head_gates=e.head_gates)

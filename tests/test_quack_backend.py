@@ -394,7 +394,7 @@ def test_weight_fold_counts_in_a_clear_win(monkeypatch):
 def test_default_config_applies_to_large_16_bit_grids():
     """The untuned config (``epilogue_gemm.default_config``): 128x256x64, 3 stages, 8 warps, the flattened loop
     except for the statistics epilogues and RoPE; none for small grids (under DEFAULT_TILE_MIN_WAVES waves of 132
-    SMs), fp32, the post-norm's whole rows, the norm's backward, a residual normalized on load and head_dim 256."""
+    SMs), fp32, the post-norm's whole rows, the norm's backward and a residual normalized on load."""
 
     class CudaOperand:  # what default_config reads of a: no GPU here
         is_cuda, device = True, torch.device("cuda", 0)
@@ -419,11 +419,11 @@ def test_default_config_applies_to_large_16_bit_grids():
         assert eg.default_config(CudaOperand(62 * 128, 1024), eg.Epilogue(row_norm="rms"), 1024) is None
         assert eg.default_config(CudaOperand(65536, 1024, torch.float32), eg.Epilogue(row_norm="rms"), 1024) is None
         assert eg.default_config(big, eg.Epilogue(post_norm="rms"), 256) is None
-        assert eg.default_config(big, eg.Epilogue(head_dim=256), 2048) is None
-        assert eg.default_config(big, eg.Epilogue(head_dim=128), 2048) is not None
-        rope = eg.default_config(big, eg.Epilogue(head_dim=128, rope=True), 2048)  # the plain loop: it fits
-        assert {k: rope[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and not rope["FLATTEN"]
-        assert eg.default_config(big, eg.Epilogue(head_dim=256, rope=True), 2048) is None
+        for head_dim in (128, 256):
+            norm = eg.default_config(big, eg.Epilogue(head_dim=head_dim), 2048)
+            assert {k: norm[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and norm["FLATTEN"]
+            rope = eg.default_config(big, eg.Epilogue(head_dim=head_dim, rope=True), 2048)  # the plain loop
+            assert {k: rope[k] for k in eg.DEFAULT_TILE} == eg.DEFAULT_TILE and not rope["FLATTEN"]
         assert eg.default_config(big, eg.Epilogue(residual=True, stats="rms", residual_norm="rms"), 1024) is None
     finally:
         eg._num_sms = original

@@ -139,7 +139,7 @@ def _rotary_tables(positions, head_dim, device, interleaved=False):
     return emb.cos().to(device), emb.sin().to(device)
 
 
-HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64)] if CUDA else [(37, 48, 2, 16), (20, 40, 3, 32)]
+HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64), (2000, 384, 4, 256)] if CUDA else [(37, 48, 2, 16), (20, 40, 3, 32)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -161,8 +161,7 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
     it, a 0-d fp64 tensor on the host, which the kernel reads. ``head_norm`` off (no head weight): RoPE alone,
     as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form).
     ``partial`` > 1: rotate-half over the first head_dim / partial dims of each head only, the rest passed through
-    (GPT-NeoX's, GLM-4.5's), as the kernel's rotation over groups of that width with tables of cos 1, sin 0 past
-    it; the reference rotates the first dims alone. ``gates``: every other head is the output gate of the one
+    (GPT-NeoX's, GLM-4.5's), the tables that wide; the reference rotates the first dims alone. ``gates``: every other head is the output gate of the one
     before it (Qwen3-Next's q projection), written as the projection computes it."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
@@ -178,9 +177,7 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         rope_dim = R if partial > 1 else 0
         epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm,
                                rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates)
-        tables = {}
-        if rope:  # padded past the rotated dims: cos 1, sin 0
-            tables = dict(rope_cos=F.pad(cos, (0, head_dim - R), value=1.0), rope_sin=F.pad(sin, (0, head_dim - R)))
+        tables = dict(rope_cos=cos, rope_sin=sin) if rope else {}  # [M, R]
         assert eg.unsupported_reason(a, w, False, epilogue) is None
         eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
         eps = dict(head_eps_tensor=torch.tensor(eps_value, dtype=torch.float64)) if eps_tensor else dict(

@@ -249,9 +249,10 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(bias=True, residual=True, stats=kind, residual_norm=kind),
                   partials=_empty(2 if kind == "ln" else 1, N // 128, M, dtype=torch.float32),
                   residual_norm=eg.ResidualNorm(rows, shift, cols, bias))
-    # the per-head norm + RoPE of a q/k projection (QK-norm in the epilogue) on every config, heads of 128 and 64
+    # the per-head norm + RoPE of a q/k projection (QK-norm in the epilogue) on every config, heads of 128 and 64,
+    # and of 256 on the configs whose tiles hold one (Gemma 3's)
     for cfg in eg.GPU_CONFIGS:
-        for head_dim in (128, 64):
+        for head_dim in (256, 128, 64) if cfg["BLOCK_N"] == 256 else (128, 64):
             tables = _empty(M, head_dim)
             eg.launch(cfg, a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True),
                       scale=rows, head_norm=eg.HeadNorm(_empty(head_dim), 1e-6, tables, tables))
@@ -261,29 +262,29 @@ def _epilogue_gemm(eg):
                   epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, head_norm=head_norm,
                                        rope_interleaved=True, write_aux=aux is not None),
                   head_norm=eg.HeadNorm(_empty(128) if head_norm else None, 1e-6, _empty(M, 128), _empty(M, 128)))
-    # partial rotary over halves (GPT-NeoX's, GLM-4.5's): each group of rope_dim columns rotated over its halves,
-    # after the norm on every config (half a head of 128); a quarter with training's aux store; RoPE alone over a
-    # quarter of 64
+    # partial rotary over halves (GPT-NeoX's, GLM-4.5's): the first rope_dim columns of each head rotated over
+    # their halves (tables [M, rope_dim]), after the norm on every config (half a head of 128); a quarter with
+    # training's aux store; RoPE alone over a quarter of 64
     for cfg in eg.GPU_CONFIGS:
         eg.launch(cfg, a, w, _empty(M, N), scale=rows,
                   epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, rope_dim=64),
-                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 128), _empty(M, 128)))
+                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 64), _empty(M, 64)))
     for head_dim, rope_dim, aux in ((128, 32, _empty(M, N)), (64, 16, None)):
         eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=aux, scale=rows,
                   epilogue=eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=True, head_norm=aux is not None,
                                        rope_dim=rope_dim, write_aux=aux is not None),
-                  head_norm=eg.HeadNorm(_empty(head_dim) if aux is not None else None, 1e-6, _empty(M, head_dim),
-                                        _empty(M, head_dim)))
+                  head_norm=eg.HeadNorm(_empty(head_dim) if aux is not None else None, 1e-6, _empty(M, rope_dim),
+                                        _empty(M, rope_dim)))
     # output gates between the heads (Qwen3-Next's q): QK-norm + RoPE over a quarter on every config, heads of 128;
     # with training's aux store, heads of 256 (one head a tile at BLOCK_N 256)
     for cfg in eg.GPU_CONFIGS:
         eg.launch(cfg, a, w, _empty(M, N), scale=rows,
                   epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, rope_dim=32, head_gates=True),
-                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 128), _empty(M, 128)))
+                  head_norm=eg.HeadNorm(_empty(128), 1e-6, _empty(M, 32), _empty(M, 32)))
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=_empty(M, N), scale=rows,
               epilogue=eg.Epilogue(row_norm="rms", head_dim=256, rope=True, rope_dim=64, head_gates=True,
                                    write_aux=True),
-              head_norm=eg.HeadNorm(_empty(256), 1e-6, _empty(M, 256), _empty(M, 256)))
+              head_norm=eg.HeadNorm(_empty(256), 1e-6, _empty(M, 64), _empty(M, 64)))
     # its eps read from a tensor (a graph input under dynamic shapes)
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
               scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),

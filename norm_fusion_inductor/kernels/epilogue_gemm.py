@@ -15,9 +15,9 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
   with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
   (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m); ``ROPE_INTERLEAVED``: the pairs are
   (z[2i], z[2i+1]) instead, rotate(z)[2i] = −z[2i+1], rotate(z)[2i+1] = z[2i] (GPT-J's and Cohere's form).
-  ``ROPE_DIM`` < D (halves only): each group of ROPE_DIM columns of a head is rotated over its own halves, pairs
-  (j, j + ROPE_DIM/2) within the group. Partial rotary over the first R dims (GPT-NeoX's, GLM-4.5's) is that with
-  ROPE_DIM = R and tables of cos 1, sin 0 past R: the other groups pass through (z·1 + rotate(z)·0).
+  ``ROPE_DIM`` = R < D (halves only): partial rotary (GPT-NeoX's, GLM-4.5's, Qwen3-Next's): the first R columns
+  of each head are rotated over their own halves, pairs (j, j + R/2), by tables [M, R]; the other columns pass
+  through (z·1 + rotate(z)·0, the constants in registers: no table columns of 1 and 0 read).
   ``HEAD_NORM`` off: the rotary embedding alone (a Llama-style q/k projection, no QK-norm). ``HEAD_GATES``: the
   odd heads (global head index n // D) are the even heads' output gates, written as they are (Qwen3-Next's and
   Qwen3.5's q projection, [q_h, gate_h] per head): rstd 1, weight 1, cos 1, sin 0 there.
@@ -94,12 +94,9 @@ def _add_columns(acc, vec_ptr, offs_n, N):
 
 
 @triton.jit
-def _head_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr):
-    """The two members of each head's rotation pairs: its first and second half, or (INTERLEAVED) its even and
-    odd columns: [BLOCK_M, G, D] → two [BLOCK_M, G, D/2]."""
-    if INTERLEAVED:
-        return tl.split(tl.reshape(z, (BLOCK_M, G, D // 2, 2)))
-    return tl.split(tl.permute(tl.reshape(z, (BLOCK_M, G, 2, D // 2)), (0, 1, 3, 2)))
+def _neighbours(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr):
+    """Each head's even and odd columns (interleaved RoPE's pairs): [BLOCK_M, G, D] → two [BLOCK_M, G, D/2]."""
+    return tl.split(tl.reshape(z, (BLOCK_M, G, D // 2, 2)))
 
 
 @triton.jit
@@ -113,7 +110,7 @@ def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM
                ROPE: tl.constexpr, INTERLEAVED: tl.constexpr, GATES: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):
     """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
-    z·cos + rotate(z)·sin, the pairs halves (of each group of R columns where R < D) or (INTERLEAVED)
+    z·cos + rotate(z)·sin, the pairs halves (of the first R columns where R < D, tables [M, R]) or (INTERLEAVED)
     neighbours. GATES: the odd heads (each even head's output gate) pass through: rstd 1, weight 1, cos 1, sin 0
     there."""
     G: tl.constexpr = BLOCK_N // D
@@ -128,7 +125,28 @@ def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM
             rstd = tl.where(normed, rstd, 1.0)
             w = tl.where(normed[:, :, None], w, 1.0)
         z = z * rstd[:, :, None] * w
-    if ROPE:
+    if ROPE and not INTERLEAVED:  # over halves: the first R columns of each head (R = D: all), tables [M, R]
+        # read as their two halves, each in the layout of the head's halves it multiplies (a whole table read and
+        # split held both in registers: 128x256 tiles of heads of 256 spilled)
+        rows = offs_m[:, None] * R + tl.arange(0, R // 2)[None, :]
+        inside = (offs_m < M)[:, None]
+        x1, x2 = _group_halves(z, BLOCK_M, G, D, R)  # [BLOCK_M, G, D/R, R/2]
+        cos1 = tl.reshape(tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32), (BLOCK_M, 1, 1, R // 2))
+        sin1 = tl.reshape(tl.load(sin_ptr + rows, mask=inside, other=0.0).to(tl.float32), (BLOCK_M, 1, 1, R // 2))
+        if R < D or GATES:  # the columns past R and the gates pass through: z·1 + rotate(z)·0
+            rotated = (tl.arange(0, D // R) == 0)[None, None, :, None]
+            if GATES:
+                rotated = rotated & normed[:, :, None, None]
+            cos1, sin1 = tl.where(rotated, cos1, 1.0), tl.where(rotated, sin1, 0.0)
+        first = x1 * cos1 - x2 * sin1
+        cos2 = tl.reshape(tl.load(cos_ptr + rows + R // 2, mask=inside, other=0.0).to(tl.float32),
+                          (BLOCK_M, 1, 1, R // 2))
+        sin2 = tl.reshape(tl.load(sin_ptr + rows + R // 2, mask=inside, other=0.0).to(tl.float32),
+                          (BLOCK_M, 1, 1, R // 2))
+        if R < D or GATES:
+            cos2, sin2 = tl.where(rotated, cos2, 1.0), tl.where(rotated, sin2, 0.0)
+        z = tl.permute(tl.join(first, x2 * cos2 + x1 * sin2), (0, 1, 2, 4, 3))
+    elif ROPE:  # neighbouring pairs, tables [M, D] (a partial rotary's padded with cos 1, sin 0)
         rows = offs_m[:, None] * D + d[None, :]
         inside = (offs_m < M)[:, None]
         cos = tl.load(cos_ptr + rows, mask=inside, other=0.0).to(tl.float32)
@@ -137,18 +155,10 @@ def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM
         if GATES:  # the gates' cos 1 and sin 0
             cos = tl.reshape(tl.where(normed[:, :, None], cos[:, None, :], 1.0), (BLOCK_M, G * D))
             sin = tl.reshape(tl.where(normed[:, :, None], sin[:, None, :], 0.0), (BLOCK_M, G * D))
-        if R < D:  # groups of R columns, each over its halves: [BLOCK_M, G, D/R, R/2] members
-            cos1, cos2 = _group_halves(cos, BLOCK_M, TG, D, R)
-            sin1, sin2 = _group_halves(sin, BLOCK_M, TG, D, R)
-            x1, x2 = _group_halves(z, BLOCK_M, G, D, R)
-            z = tl.permute(tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2), (0, 1, 2, 4, 3))
-        else:
-            cos1, cos2 = _head_halves(cos, BLOCK_M, TG, D, INTERLEAVED)
-            sin1, sin2 = _head_halves(sin, BLOCK_M, TG, D, INTERLEAVED)
-            x1, x2 = _head_halves(z, BLOCK_M, G, D, INTERLEAVED)
-            z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
-            if not INTERLEAVED:
-                z = tl.permute(z, (0, 1, 3, 2))
+        cos1, cos2 = _neighbours(cos, BLOCK_M, TG, D)
+        sin1, sin2 = _neighbours(sin, BLOCK_M, TG, D)
+        x1, x2 = _neighbours(z, BLOCK_M, G, D)
+        z = tl.join(x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2)  # [BLOCK_M, G, D/2, 2]
     return tl.reshape(z, (BLOCK_M, BLOCK_N))
 
 
@@ -480,8 +490,8 @@ class Epilogue:
     head_dim: int = 0  # a per-head RMSNorm over each head_dim columns (QK-norm); 0: none
     rope: bool = False  # the rotary embedding after the per-head norm
     rope_interleaved: bool = False  # with rope: pairs of neighbouring columns (GPT-J's form), not halves
-    # with rope over halves: each group of rope_dim columns of a head rotated over its own halves (partial rotary:
-    # the tables cos 1, sin 0 past the rotated dims); 0: the head's halves
+    # with rope over halves: the first rope_dim columns of each head rotated over their own halves, the tables
+    # [M, rope_dim] (partial rotary); 0: the head's halves
     rope_dim: int = 0
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
     # with head_dim: the heads alternate with their output gates (Qwen3-Next's q projection), passed through
@@ -695,7 +705,7 @@ class ResidualNorm:
 class HeadNorm:
     """A per-head RMSNorm's weight [D] (None: no norm, the rotary embedding alone) and eps (a number, or a
     one-element fp32 tensor on the kernel's device: a graph input under dynamic shapes), and the rotary tables
-    cos, sin [M, D] (rows by token) or None."""
+    cos, sin [M, D] (rows by token; [M, rope_dim] with the epilogue's rope_dim) or None."""
 
     weight: torch.Tensor | None
     eps: float | torch.Tensor
@@ -809,14 +819,14 @@ DEFAULT_TILE_MIN_WAVES = 1.9
 def default_config(a: torch.Tensor, epilogue: Epilogue, N: int) -> dict | None:
     """The config this GEMM runs without tuning (``DEFAULT_TILE``), or None where it is tuned: a grid under
     ``DEFAULT_TILE_MIN_WAVES`` waves, or an epilogue the grid did not measure — fp32, a post-norm's whole rows,
-    the norm's backward, a residual normalized on load or head_dim over 128 (256-wide tiles spill). The tile
-    runs the flattened loop except where it writes statistics or applies RoPE: RoPE's tables with the
-    flattened loop need more shared memory than the H200 has (245784 of 232448 bytes at head_dim 128), the
-    plain loop 213016 bytes and no spills, where the other configs that fit spill or were slower at the
-    per-head grid sites (docs/decisions.md#epilogue_gemmdefault_tile)."""
+    the norm's backward or a residual normalized on load. The tile runs the flattened loop except where it
+    writes statistics or applies RoPE: with RoPE the plain loop was as fast or faster at the per-head sites
+    measured, heads of 128 and 256 (and the flattened one needs more shared memory than the H200 has at
+    heads of 256, 245784 of 232448 bytes), where the other configs were slower
+    (docs/decisions.md#epilogue_gemmdefault_tile)."""
     if not a.is_cuda or a.element_size() != 2 or epilogue.post_norm != "none" or epilogue.norm_backward != "none":
         return None
-    if epilogue.residual_norm != "none" or epilogue.head_dim > 128:
+    if epilogue.residual_norm != "none":
         return None
     tiles = triton.cdiv(a.shape[0], DEFAULT_TILE["BLOCK_M"]) * triton.cdiv(N, DEFAULT_TILE["BLOCK_N"])
     if tiles < DEFAULT_TILE_MIN_WAVES * _num_sms(a.device.index or 0):

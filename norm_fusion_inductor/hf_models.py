@@ -127,6 +127,13 @@ def _cohere(t, hidden, layers):
                     bos_token_id=0, eos_token_id=0)
 
 
+def _cohere_qk(t, hidden, layers):
+    """Cohere with its per-head q/k norms (``use_qk_norm``, Command R+'s): LayerNorms without bias, a weight per
+    head ([H, D]), before the interleaved RoPE."""
+    return _decoder(t.CohereForCausalLM, t.CohereConfig, hidden, layers, num_key_value_heads=2, pad_token_id=0,
+                    bos_token_id=0, eos_token_id=0, use_qk_norm=True)
+
+
 def _t5(t, hidden, layers):
     return t.T5ForConditionalGeneration, t.T5Config, dict(
         vocab_size=VOCAB, d_model=hidden, d_kv=hidden // 4, d_ff=2 * hidden, num_layers=layers, num_heads=4,
@@ -155,7 +162,7 @@ def _vit(t, hidden, layers):
 FAMILIES: dict[str, Callable] = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3,
                                  "gemma4": _gemma4, "glm4": _glm4, "glm4_moe": _glm4_moe, "hunyuan": _hunyuan,
                                  "llama4": _llama4, "nanochat": _nanochat, "olmo2": _olmo2, "qwen3": _qwen3, "qwen3_5": _qwen3_5,
-                                 "cohere": _cohere, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
+                                 "cohere": _cohere, "cohere_qk": _cohere_qk, "t5": _t5, "gpt2": _gpt2, "bert": _bert, "vit": _vit}
 
 
 def tiny_model(family: str, hidden: int = 64, layers: int = 2, **config) -> torch.nn.Module:

@@ -12,12 +12,13 @@ form; the normalized tensor is never written, and the GEMM that produced z never
 ``torch.ops.norm_fusion.epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux,
 stats, w_kn, residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
 residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None,
-head_eps_tensor=None, rope_interleaved=False, rope_dim=0, head_gates=False) -> (out, aux, partials)``: the Triton
+head_eps_tensor=None, rope_interleaved=False, rope_dim=0, head_gates=False, head_center=False) -> (out, aux,
+partials)``: the Triton
 kernel ``kernels.epilogue_gemm`` where it runs (CUDA sm_90+, or the Triton interpreter), or with
 ``backend="quack"`` Quack's CuTe-DSL GEMM (``kernels.quack_epilogue_gemm``) where it is installed and takes the
 epilogue; else the next of those, and the same math in torch ops last, with the reason logged once. ``head_dim``
-adds a per-head RMSNorm of the output (QK-norm: weight ``head_weight``, ``head_eps`` or the 0-d
-``head_eps_tensor`` that dynamic shapes make of it) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
+adds a per-head RMSNorm of the output (QK-norm: weight ``head_weight`` [D] or [H, D], ``head_eps`` or the 0-d
+``head_eps_tensor`` that dynamic shapes make of it; ``head_center``: a LayerNorm without bias, Cohere's) and, with ``rope_cos``/``rope_sin`` [M, head_dim], the
 rotate-half rotary embedding after it — for a q/k projection (Triton kernel only; ``rope_interleaved``: its pairs
 neighbouring columns, GPT-J's form; ``rope_dim``: the partial rotary, the first that many columns of each head
 rotated over their own halves by tables [M, rope_dim], the others passed through; ``head_gates``:
@@ -54,18 +55,19 @@ head_dim_problem = kernel.head_dim_problem  # for the patterns: whether a q/k no
 
 
 def _epilogue(row_norm, activation, write_aux, stats, has_bias, has_residual, residual_norm, head_dim=0,
-              rope=False, head_norm=True, rope_interleaved=False, rope_dim=0, head_gates=False) -> kernel.Epilogue:
+              rope=False, head_norm=True, rope_interleaved=False, rope_dim=0, head_gates=False,
+              head_center=False) -> kernel.Epilogue:
     return kernel.Epilogue(row_norm=row_norm, bias=has_bias, residual=has_residual, activation=activation,
                            write_aux=write_aux, stats=stats, residual_norm=residual_norm, head_dim=head_dim,
                            rope=rope, head_norm=head_norm, rope_interleaved=rope_interleaved, rope_dim=rope_dim,
-                           head_gates=head_gates)
+                           head_gates=head_gates, head_center=head_center)
 
 
 def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activation, write_aux, stats, w_kn,
                       residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
                       residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
                       rope_cos=None, rope_sin=None, head_eps_tensor=None, rope_interleaved=False, rope_dim=0,
-                      head_gates=False, *,
+                      head_gates=False, head_center=False, *,
                       config: Optional[dict] = None):
     """The op's computation, with its arguments. ``config`` (Triton backend): that block config instead of the
     tuned one — how the pass traces a direct launch into its graph (``launch_config``), the kernel launched from
@@ -73,7 +75,7 @@ def run_epilogue_gemm(a, w, bias, residual, scale, shift, u, row_norm, activatio
     epilogue = _epilogue(row_norm, activation, write_aux, stats, bias is not None, residual is not None,
                          residual_norm, head_dim, rope_cos is not None,
                          head_norm=head_weight is not None or not head_dim, rope_interleaved=rope_interleaved,
-                         rope_dim=rope_dim, head_gates=head_gates)
+                         rope_dim=rope_dim, head_gates=head_gates, head_center=head_center)
     res_norm = None
     if residual_norm != "none":
         res_norm = kernel.ResidualNorm(*(t.contiguous() if t is not None else None for t in (
@@ -113,7 +115,8 @@ _LIB.define(
     "Tensor? residual_scale=None, Tensor? residual_shift=None, Tensor? residual_weight=None, "
     "Tensor? residual_bias=None, str backend='triton', int head_dim=0, Tensor? head_weight=None, "
     "float head_eps=0.0, Tensor? rope_cos=None, Tensor? rope_sin=None, Tensor? head_eps_tensor=None, "
-    "bool rope_interleaved=False, int rope_dim=0, bool head_gates=False) -> (Tensor, Tensor, Tensor)",
+    "bool rope_interleaved=False, int rope_dim=0, bool head_gates=False, bool head_center=False) "
+    "-> (Tensor, Tensor, Tensor)",
     tags=STREAM_INPUT_TAGS)
 _LIB.impl("epilogue_gemm", run_epilogue_gemm, "CompositeExplicitAutograd")
 epilogue_gemm = torch.ops.norm_fusion.epilogue_gemm.default
@@ -200,7 +203,7 @@ def _epilogue_gemm_fake(a, w, bias, residual, scale, shift, u, row_norm, activat
                         residual_norm="none", residual_scale=None, residual_shift=None, residual_weight=None,
                         residual_bias=None, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
                         rope_cos=None, rope_sin=None, head_eps_tensor=None, rope_interleaved=False, rope_dim=0,
-                        head_gates=False):
+                        head_gates=False, head_center=False):
     M = a.shape[0]
     N = w.shape[1 if w_kn else 0]
     gated = activation in kernel.GATED
@@ -272,7 +275,7 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
     projected = acc
     if head_norm is not None:
         acc = per_head_norm(acc, epilogue.head_dim, head_norm, epilogue.rope_interleaved, epilogue.rope_dim,
-                            epilogue.head_gates)
+                            epilogue.head_gates, epilogue.head_center)
     if residual is not None:
         acc = acc + normalized_residual(residual, residual_norm)
     z = acc.to(a.dtype)
@@ -301,17 +304,20 @@ def reference(a, w, bias, residual, scale, shift, u, epilogue: kernel.Epilogue, 
 
 
 def per_head_norm(z: Tensor, head_dim: int, norm: kernel.HeadNorm, interleaved: bool = False,
-                  rope_dim: int = 0, gates: bool = False) -> Tensor:
-    """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm (where it has a weight), then (cos and sin given)
+                  rope_dim: int = 0, gates: bool = False, center: bool = False) -> Tensor:
+    """The kernel's HEAD_DIM piece in fp32: each head's RMSNorm (``center``: LayerNorm, no bias; weight [D] or
+    [H, D]; where it has a weight), then (cos and sin given)
     RoPE, its pairs halves (rotate_half; of the first ``rope_dim`` columns where given, tables [M, rope_dim]) or,
     ``interleaved``, neighbouring columns. ``gates``: the odd heads are passed through as they are."""
     M, N = z.shape
     if gates:  # the even heads alone, their gates between them unchanged
         pairs = z.view(M, N // (2 * head_dim), 2, head_dim)
-        heads = per_head_norm(pairs[:, :, 0].reshape(M, -1), head_dim, norm, interleaved, rope_dim)
+        heads = per_head_norm(pairs[:, :, 0].reshape(M, -1), head_dim, norm, interleaved, rope_dim, center=center)
         return torch.stack([heads.view(M, -1, head_dim), pairs[:, :, 1]], 2).reshape(M, N)
     z = z.view(M, N // head_dim, head_dim)
     if norm.weight is not None:
+        if center:
+            z = z - z.mean(-1, keepdim=True)
         z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + norm.eps) * norm.weight.float()
     if norm.cos is not None:
         if rope_dim and not interleaved:  # the first rope_dim columns rotated, the others as they are
@@ -502,7 +508,7 @@ def kept_fold(w0: Tensor, w1: Optional[Tensor], gamma: Optional[Tensor], beta: O
 def run_folded_epilogue_gemm(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation,
                              write_aux, w_kn, backend="triton", head_dim=0, head_weight=None, head_eps=0.0,
                              rope_cos=None, rope_sin=None, head_eps_tensor=None, rope_interleaved=False,
-                             rope_dim=0, head_gates=False):
+                             rope_dim=0, head_gates=False, head_center=False):
     """A consumer's epilogue GEMM (:func:`run_epilogue_gemm`) with its weight-side operands W·γ, u, v from
     :func:`kept_fold`. One op, so the kept tensors never reach Inductor: an op's outputs are buffers it owns
     and may reuse or update in place after their last read, which corrupted a fold kept as an op's output."""
@@ -510,7 +516,8 @@ def run_folded_epilogue_gemm(a, w0, w1, gamma, beta, b0, b1, sources, scale, shi
     return run_epilogue_gemm(a, w, v, None, scale, shift, u, row_norm, activation, write_aux, "none", w_kn,
                              backend=backend, head_dim=head_dim, head_weight=head_weight, head_eps=head_eps,
                              rope_cos=rope_cos, rope_sin=rope_sin, head_eps_tensor=head_eps_tensor,
-                             rope_interleaved=rope_interleaved, rope_dim=rope_dim, head_gates=head_gates)
+                             rope_interleaved=rope_interleaved, rope_dim=rope_dim, head_gates=head_gates,
+                             head_center=head_center)
 
 
 # The pass uses it in inference graphs only (no backward, no CUDA graphs: a replayed graph runs no Python), with
@@ -520,7 +527,7 @@ _LIB.define(
     "Tensor[] sources, Tensor? scale, Tensor? shift, str row_norm, str activation, bool write_aux, bool w_kn, "
     "str backend='triton', int head_dim=0, Tensor? head_weight=None, float head_eps=0.0, Tensor? rope_cos=None, "
     "Tensor? rope_sin=None, Tensor? head_eps_tensor=None, bool rope_interleaved=False, int rope_dim=0, "
-    "bool head_gates=False) -> (Tensor, Tensor, Tensor)",
+    "bool head_gates=False, bool head_center=False) -> (Tensor, Tensor, Tensor)",
     tags=STREAM_INPUT_TAGS)
 _LIB.impl("folded_epilogue_gemm", run_folded_epilogue_gemm, "CompositeExplicitAutograd")
 
@@ -528,7 +535,7 @@ _LIB.impl("folded_epilogue_gemm", run_folded_epilogue_gemm, "CompositeExplicitAu
 @torch.library.register_fake("norm_fusion::folded_epilogue_gemm", lib=_LIB)
 def _(a, w0, w1, gamma, beta, b0, b1, sources, scale, shift, row_norm, activation, write_aux, w_kn,
       backend="triton", head_dim=0, head_weight=None, head_eps=0.0, rope_cos=None, rope_sin=None,
-      head_eps_tensor=None, rope_interleaved=False, rope_dim=0, head_gates=False):
+      head_eps_tensor=None, rope_interleaved=False, rope_dim=0, head_gates=False, head_center=False):
     folded = w0 if w1 is None else (w0.new_empty(w0.shape[0], 2 * w0.shape[1]) if w_kn
                                     else w0.new_empty(2 * w0.shape[0], w0.shape[1]))
     return _epilogue_gemm_fake(a, folded, None, None, scale, shift, None, row_norm, activation, write_aux, "none",

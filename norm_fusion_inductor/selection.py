@@ -530,7 +530,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                          norm_bytes, config: NormFusionConfig, residual_norm: str = "none",
                          fold_bytes: int = 0, head_dim: int = 0, rope: bool = False, head_norm: bool = True,
                          rope_interleaved: bool = False, rope_dim: int = 0, head_gates: bool = False,
-                         direct_launch: bool = False, backward_reads_norm: bool = False,
+                         head_center: bool = False, direct_launch: bool = False, backward_reads_norm: bool = False,
                          activation_written: bool = True) -> Choice:
     """Whether to run this GEMM of a regrouped chain on the epilogue kernel.
 
@@ -566,7 +566,8 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         # becomes one of the norm's input, the same bytes)
         saved = 2 * out_bytes + (out_bytes if residual_norm != "none" and not backward_reads_norm else 0)
     site = EpilogueSite(M, N, K, dtype, device, row_norm, activation, write_aux, stats, residual, w_kn, saved,
-                        residual_norm, head_dim, rope, head_norm, fold_bytes, rope_interleaved, rope_dim, head_gates)
+                        residual_norm, head_dim, rope, head_norm, fold_bytes, rope_interleaved, rope_dim, head_gates,
+                        head_center)
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
     if device.type != "cuda":
@@ -811,7 +812,8 @@ def epilogue_runner(site: EpilogueSite):
             if site.rope else (None, None)
         weight = torch.rand(D, device=dev, dtype=dt) + 0.5 if site.head_norm else None  # None: RoPE alone
         head = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=tables[0], rope_sin=tables[1],
-                    rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates)
+                    rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates,
+                    head_center=site.head_center)
 
     def run(backend: str, config: Optional[dict] = None):
         call = regrouped.run_epilogue_gemm if config is not None else regrouped.epilogue_gemm
@@ -965,7 +967,7 @@ def _site_epilogue(site: EpilogueSite):
                        write_aux=site.write_aux, stats=site.stats, residual_norm=site.residual_norm,
                        head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
                        rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim,
-                       head_gates=site.head_gates)
+                       head_gates=site.head_gates, head_center=site.head_center)
 
 
 def _quack_reason(site: EpilogueSite, a, w) -> Optional[str]:

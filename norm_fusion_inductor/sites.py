@@ -93,3 +93,4 @@ class EpilogueSite:
     rope_interleaved: bool = False  # RoPE's pairs neighbouring columns (GPT-J's form), not halves
     rope_dim: int = 0  # RoPE over the halves of the first rope_dim columns of a head (partial rotary); 0: the head
     head_gates: bool = False  # the odd heads are the even ones' output gates, passed through (Qwen3-Next's q)
+    head_center: bool = False  # the per-head norm a LayerNorm (Cohere's QK-norm), not an RMSNorm

@@ -45,7 +45,7 @@ from norm_fusion_inductor.report import Implementation
 
 from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
                      backward_reads_normed, cached_pattern, is_row_mean, is_rsqrt, size_hint, traced_norm_forms)
-from .norm_forms import ACTIVATION_FORMS, GATED_FORMS, RMS_FORMS
+from .norm_forms import ACTIVATION_FORMS, GATED_FORMS, LN_FORMS, RMS_FORMS
 
 FUSION = "regrouped_norm"
 EPILOGUE_GEMM = torch.ops.norm_fusion.epilogue_gemm.default
@@ -142,7 +142,7 @@ class HeadNorm:
     squares, so norm(RoPE(x))·γ = n·(γ·cos) + rotate_half(n)·(γ·sin) with n = norm(x): the epilogue's norm takes a
     weight of ones and γ goes into the tables."""
     view: Node  # the [B, L, H, D] view of the projection's output (with output gates: the q half of it)
-    weight: Optional[Node]  # None: no per-head norm (RoPE alone)
+    weight: Optional[Node]  # [D] or [H, D] (a weight per head, Cohere's); None: no per-head norm (RoPE alone)
     eps: float | Node  # a 0-d graph input under dynamic shapes (Dynamo lifts the module's float)
     output: Node  # the node the epilogue's output replaces: the norm's output, or RoPE's
     nodes: frozenset  # every node from the view to ``output``
@@ -157,6 +157,7 @@ class HeadNorm:
     # the q projection's output gates (Qwen3-Next's: [B, L, H, 2D] chunked into q and gate): the node the
     # projection's odd heads replace; ``view`` is then the q half
     gate: Optional[Node] = None
+    center: bool = False  # the per-head norm a LayerNorm without bias (Cohere's), not an RMSNorm
 
     @property
     def has_norm(self) -> bool:
@@ -182,6 +183,13 @@ def _head_norm_patterns(weighted: bool = True) -> list:
     return [pattern for _, pattern in traced_norm_forms(forms)]
 
 
+def _head_layer_norm_patterns() -> list:
+    """The LayerNorm forms with a weight and no bias (the kernel's per-head LayerNorm has none), traced as the
+    family traces them."""
+    forms = {form: spec for form, spec in LN_FORMS.items() if len(spec[1]) == 1}
+    return [pattern for _, pattern in traced_norm_forms(forms)]
+
+
 def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) -> Optional[HeadNorm]:
     """A per-head RMSNorm of this consumer's output ``pre`` (its only reader a [B, L, H, D] view, H·D = n; or a
     [B, L, H, 2D] one chunked into each head's q and output gate, ``_gated_heads``), with the rotate-half RoPE
@@ -204,25 +212,27 @@ def _find_head_norm(pre: Node, n: int, backward: frozenset | set = frozenset()) 
     transposes = [u for u in view.users if _is_head_transpose(u)]
     norm_inputs = (view, *transposes[:1]) if len(view.users) == 1 else (view,)
     def norm_at(node):
-        for pattern in _head_norm_patterns():
-            found = pattern.match(node)
-            if pm.is_match(found) and found.kwargs.get("x") in norm_inputs and isinstance(found.kwargs.get("weight"),
-                                                                                        Node):
-                return found
+        for center, patterns in ((False, _head_norm_patterns()), (True, _head_layer_norm_patterns())):
+            for pattern in patterns:
+                found = pattern.match(node)
+                if pm.is_match(found) and found.kwargs.get("x") in norm_inputs and \
+                        isinstance(found.kwargs.get("weight"), Node):
+                    return found, center
         return None
 
-    match = _first_downstream([view], norm_at)
-    if match is None:
+    found = _first_downstream([view], norm_at)
+    if found is None:
         return _rope_alone(view, backward) if gate is None else None
+    match, center = found
     weight = match.kwargs["weight"]
-    if tuple(weight.meta["val"].shape) != (shape[3],):
+    if tuple(weight.meta["val"].shape) not in ((shape[3],), (shape[2], shape[3])):  # [D], or [H, D] per head
         return None
     transposed = match.kwargs["x"] is not view
     eps = _eps(match)
     eps = float(eps) if isinstance(eps, (int, float)) else eps  # a 0-d graph tensor under dynamic shapes
     head = HeadNorm(view, weight, eps, match.output_node(),
                     frozenset([view, *split_nodes, *match.nodes, *(transposes[:1] if transposed else ())]),
-                    transposed, gate=gate)
+                    transposed, gate=gate, center=center)
     _with_rope(head)
     return head if _read_only_inside(head, backward) else None
 
@@ -753,6 +763,7 @@ def rewrite_consumers(spec, match: pm.Match, x: Node, gamma, beta, eps, consumer
                                         rope_interleaved=bool(rw.head and rw.head.rope_interleaved),
                                         rope_dim=rw.head.kernel_rope_dim if rw.head else 0,
                                         head_gates=bool(rw.head and rw.head.gate is not None),
+                                        head_center=bool(rw.head and rw.head.center),
                                         head_norm=bool(rw.head is None or rw.head.has_norm),
                                         direct_launch=_direct_launch(ctx, x_val, *rw.pre),
                                         backward_reads_norm=backward_reads,
@@ -796,7 +807,8 @@ def _head_piece(head: HeadNorm) -> str:
         return "RoPE"
     if head.norm_after_rope:
         return "RoPE + QK-norm"
-    return "QK-norm + RoPE" if head.cos is not None else "QK-norm"
+    norm = "LayerNorm QK-norm" if head.center else "QK-norm"
+    return f"{norm} + RoPE" if head.cos is not None else norm
 
 
 def _accepted(site, ctx, rewrites, acts, choices) -> None:
@@ -892,7 +904,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
                       if t is not None else None for t in (cos, sin)]
             activation, on = "none", dict(backend="triton", head_dim=D, head_weight=head_weight, rope_cos=tables[0],
                                           rope_sin=tables[1], rope_interleaved=head.rope_interleaved,
-                                          rope_dim=head.kernel_rope_dim, head_gates=head.gate is not None)
+                                          rope_dim=head.kernel_rope_dim, head_gates=head.gate is not None,
+                                          head_center=head.center)
             if head_eps is None:
                 on["head_eps"] = head.eps
             else:  # a graph input (dynamic shapes): the kernel reads it

@@ -7,7 +7,8 @@ projection at times with each head's output gate (Qwen3-Next's), back into the r
 head),
 post-norm blocks (the stream plus a projection, then the norm, as BERT's output) or both. The norm is drawn from the
 forms real models write (nn.LayerNorm with or without its affine parameters, nn.RMSNorm, F.layer_norm, transformers'
-Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's), its eps and weights at random (not ones and
+Llama, T5 and Gemma RMSNorms, a LayerNorm written out as Cohere's; the QK-norm an RMSNorm or Cohere's per-head
+LayerNorm), its eps and weights at random (not ones and
 zeros, which hide a missing γ or β). The input is 2-D or 3-D, contiguous, transposed or sliced, with a mean up to
 1000 σ; fp32 or fp16 (bf16 too on the GPU); inference or training (a case that plain torch.compile cannot compile
 either, as Inductor's CPU code for some fp16 backward graphs, is counted as skipped). Compiled with policy "always"
@@ -171,18 +172,22 @@ class PreNormAttention(nn.Module):
     "after_rope": a per-head RMSNorm without weight after RoPE (NanoChat's), "weighted_after_rope" one with a
     weight (HunYuan's). ``rope_in_fp32``: q and k rotated in fp32 and cast back (Cohere's). ``gated_q``: the q
     projection twice as wide, each head's q and its output gate side by side, chunked apart; the attention's
-    output times σ(gate) (Qwen3-Next's and Qwen3.5's). A 2-D input is one sequence."""
+    output times σ(gate) (Qwen3-Next's and Qwen3.5's). ``qk_layer_norm``: the QK-norm before RoPE a per-head
+    LayerNorm without bias, a weight per head (Cohere's, [H, D]). A 2-D input is one sequence."""
 
     def __init__(self, norm, d, head_dim, qk_norm, rope, bias, eps, rope_before_transpose=False, rope_in_fp32=False,
-                 gated_q=False):
+                 gated_q=False, qk_layer_norm=False):
         super().__init__()
         self.norm, self.heads, self.head_dim, self.rope = norm, d // head_dim, head_dim, rope
         self.rope_before_transpose, self.rope_in_fp32, self.gated_q = rope_before_transpose, rope_in_fp32, gated_q
         self.q, self.k, self.v = (nn.Linear(d, d * (2 if gated_q and i == 0 else 1), bias=bias) for i in range(3))
         self.o = nn.Linear(d, d, bias=bias)
         weighted = qk_norm is True or qk_norm == "weighted_after_rope"
-        self.q_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
-        self.k_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
+        if qk_layer_norm and qk_norm is True:
+            self.q_norm, self.k_norm = (WrittenLayerNorm((self.heads, head_dim), eps) for _ in range(2))
+        else:
+            self.q_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
+            self.k_norm = LlamaRMSNorm(head_dim, eps) if weighted else None
         self.norm_after_rope = qk_norm in ("after_rope", "weighted_after_rope")
         self.eps = eps
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
@@ -313,6 +318,7 @@ def random_case(rng: random.Random, device: str, max_m: int) -> dict:
     # the attention's q projection with output gates (Qwen3-Next's), drawn apart from ``rng``: the cases drawn
     # before it was added stay the same
     case["gated_q"] = random.Random(case["seed"]).random() < 0.3
+    case["qk_layer_norm"] = random.Random(case["seed"] + 1).random() < 0.3  # Cohere's QK-norm, drawn apart too
     return case
 
 
@@ -330,7 +336,8 @@ def build(case: dict) -> Model:
         norm = NORMS[case["norms"][i]](d, eps)
         if kind == "pre" and case["mlps"][i] == "attention":
             blocks.append(PreNormAttention(norm, d, case["head_dim"], case["qk_norm"], case["rope"], case["bias"], eps,
-                                           gated_q=case.get("gated_q", False)))
+                                           gated_q=case.get("gated_q", False),
+                                           qk_layer_norm=case.get("qk_layer_norm", False)))
         elif kind == "pre":
             blocks.append(PreNormBlock(norm, d, ff, case["mlps"][i], case["acts"][i], case["bias"]))
         else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import math
 import random
@@ -112,6 +113,8 @@ def reference64(a, w, epilogue, w_kn, bias=None, residual=None, scale=None, shif
         if epilogue.head_gates:  # the even heads; the odd ones (their output gates) as projected
             z = z[:, 0::2]
         if weight is not None:  # else RoPE alone
+            if epilogue.head_center:  # LayerNorm
+                z = z - z.mean(-1, keepdim=True)
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps) * weight.double()
         if cos is not None:
             R = epilogue.rope_dim or D
@@ -173,7 +176,12 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
     head, head_args = None, {}
     if e.head_dim:  # the per-head norm's weight and eps, the rotary tables of random positions
         D = e.head_dim
-        weight = (torch.rand(D, device=device) + 0.5).to(dt) if e.head_norm else None
+        # a per-head LayerNorm (Cohere's) and a weight per head, drawn here from the case's own generator (the
+        # run's draws, and so earlier seeds' cases, unchanged)
+        if e.head_norm and rng.random() < 0.3:
+            e = case["epilogue"] = dataclasses.replace(e, head_center=True)
+        weight_shape = ((N // D // (2 if e.head_gates else 1), D) if rng.random() < 0.3 else (D,))
+        weight = (torch.rand(weight_shape, device=device) + 0.5).to(dt) if e.head_norm else None
         cos = sin = None
         if e.rope:  # tables of the rotated width R
             R = e.rope_dim or D
@@ -183,7 +191,8 @@ def check_case(case: dict, device: str, backend: str = "triton") -> tuple[str, s
             cos, sin = angles.cos().to(device, dt), angles.sin().to(device, dt)
         head = (weight, 1e-6, cos, sin)
         head_args = dict(head_dim=D, head_weight=weight, head_eps=1e-6, rope_cos=cos, rope_sin=sin,
-                         rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim, head_gates=e.head_gates)
+                         rope_interleaved=e.rope_interleaved, rope_dim=e.rope_dim, head_gates=e.head_gates,
+                         head_center=e.head_center)
         if rng.random() < 0.3:  # eps as dynamic shapes pass it: a 0-d fp64 graph input on the host
             head_args.update(head_eps=0.0, head_eps_tensor=torch.tensor(1e-6, dtype=torch.float64))
     reason = regrouped.prepare(a, w, residual, case["w_kn"], e)[3]  # what the op will do

@@ -34,6 +34,8 @@ ALWAYS = {"norm_fusion": {"policy": "always", "fusions": nfi.FUSIONS}}
 #     projection + residual and is fused as its epilogue (post-norm).
 # cohere: one LayerNorm per (parallel) layer feeds q/k/v and gate/up, plus the final norm → lm_head: all regrouped,
 #     the LayerNorm written out (mean, then the variance of the centred values).
+# cohere_qk (Command R+'s use_qk_norm): cohere's sites, with per-head LayerNorms of q and k (no bias, a weight per
+#     head) before the interleaved RoPE: both into the q/k projections' epilogue.
 # gpt2: ln_1 → c_attn and ln_2 → c_fc (Conv1D: x @ W, W [K, N]) per layer; ln_f → lm_head: all regrouped.
 # vit: layernorm_before → q/k/v, layernorm_after → intermediate per layer (regrouped); the final norm reaches the
 #      classifier through the CLS-token slice, and follows the last MLP's output + residual: post-norm.
@@ -72,11 +74,12 @@ EXPECTED = {"llama": {"regrouped_norm": 5}, "gemma": {"regrouped_norm": 5},
             "llama4": {"regrouped_norm": 3, "matmul_norm": 2},
             "nanochat": {"regrouped_norm": 5}, "qwen3_5": {"regrouped_norm": 5},
             "olmo2": {"regrouped_norm": 1, "matmul_norm": 8}, "qwen3": {"regrouped_norm": 5},
-            "cohere": {"regrouped_norm": 3},
+            "cohere": {"regrouped_norm": 3}, "cohere_qk": {"regrouped_norm": 3},
             "t5": {"regrouped_norm": 11, "matmul_norm": 1}, "gpt2": {"regrouped_norm": 5},
             "vit": {"regrouped_norm": 4, "matmul_norm": 1}, "bert": {"regrouped_norm": 6}}
 # regrouped q/k/v sites with QK-norm + RoPE (nanochat, hunyuan, llama4: RoPE + QK-norm) in the epilogue
-QK_NORMS = {"gemma3": 2, "gemma4": 2, "glm4_moe": 2, "hunyuan": 2, "qwen3_5": 1, "llama4": 2, "nanochat": 2, "qwen3": 2}
+QK_NORMS = {"gemma3": 2, "gemma4": 2, "glm4_moe": 2, "hunyuan": 2, "qwen3_5": 1, "llama4": 2, "nanochat": 2, "qwen3": 2,
+            "cohere_qk": 2}
 # regrouped q/k/v sites with RoPE alone in the epilogue (no per-head norm): rotate-half (llama), interleaved in fp32
 # (cohere), interleaved over half of each head (glm4)
 ROPE_ALONE = {"llama": 2, "cohere": 2, "glm4": 2}
@@ -87,11 +90,11 @@ UNFUSED = {"gemma4": {("qk_norm", "feeds attention as its values"): 2,
            "qwen3_5": {("standalone", "feeds no matmul or attention"): 1}}
 FAMILIES = list(EXPECTED)
 # Trained too (a training compile costs 30-100 s here): one family per norm form the backward sees (gemma4: the
-# pow(·, -0.5) RMSNorm, RoPE before the transpose). Left to
+# pow(·, -0.5) RMSNorm, RoPE before the transpose; cohere_qk: the per-head LayerNorm). Left to
 # inference: gemma and gemma2 (Gemma's (1 + w) RMSNorm and the sandwich norms, both in gemma3), qwen3 (llama's
 # norms, plus QK-norms as gemma3's), vit (pre-norm LayerNorm, as gpt2 and bert's MLM head), t5 (llama's RMSNorm;
 # its post-norm site is olmo2's and gemma3's form).
-TRAINED = ("llama", "gemma3", "gemma4", "olmo2", "gpt2", "bert")
+TRAINED = ("llama", "gemma3", "gemma4", "olmo2", "gpt2", "bert", "cohere_qk")
 CASES = [(family, False) for family in FAMILIES] + [(family, True) for family in TRAINED]
 
 

@@ -143,17 +143,20 @@ HEAD_SHAPES = [(1000, 512, 16, 128), (4097, 256, 8, 64), (2000, 384, 4, 256)] if
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved, partial, gates", [
-    (True, False, False, True, False, 1, False), (False, False, False, True, False, 1, False),
-    (True, True, False, True, False, 1, False), (True, False, True, True, False, 1, False),
-    (True, False, False, False, False, 1, False), (True, True, False, True, True, 1, False),
-    (True, False, False, False, True, 1, False), (True, True, False, True, False, 4, False),
-    (True, False, False, False, False, 2, False), (True, True, False, True, False, 4, True),
-    (False, False, False, True, False, 1, True)],
+@pytest.mark.parametrize("rope, write_aux, eps_tensor, head_norm, interleaved, partial, gates, center, weight_rows", [
+    (True, False, False, True, False, 1, False, False, False), (False, False, False, True, False, 1, False, False, False),
+    (True, True, False, True, False, 1, False, False, False), (True, False, True, True, False, 1, False, False, False),
+    (True, False, False, False, False, 1, False, False, False), (True, True, False, True, True, 1, False, False, False),
+    (True, False, False, False, True, 1, False, False, False), (True, True, False, True, False, 4, False, False, False),
+    (True, False, False, False, False, 2, False, False, False), (True, True, False, True, False, 4, True, False, False),
+    (False, False, False, True, False, 1, True, False, False), (True, False, False, True, False, 1, False, False, True),
+    (True, True, False, True, True, 1, False, True, True), (True, False, False, True, False, 4, True, True, True),
+    (False, False, True, True, False, 1, False, True, False)],
     ids=["rope", "no_rope", "rope_aux", "rope_eps_tensor", "rope_alone", "interleaved_aux", "interleaved_alone",
-         "quarter_aux", "half_alone", "gates_quarter_aux", "gates_no_rope"])
+         "quarter_aux", "half_alone", "gates_quarter_aux", "gates_no_rope", "weight_per_head",
+         "layer_norm_interleaved_aux", "layer_norm_gates_quarter", "layer_norm_eps_tensor"])
 def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write_aux, eps_tensor, head_norm,
-                                              interleaved, partial, gates):
+                                              interleaved, partial, gates, center, weight_rows):
     """A q/k projection that reads the stream normalized (RMSNorm folded: rstd · a (W·γ)ᵀ) with its per-head
     RMSNorm (QK-norm) and the rotate-half RoPE in the epilogue (issue 26), outputs poisoned (NaN) before the run,
     against the same math in float64 on the op's operands. ``write_aux`` (training): the projection's output
@@ -161,8 +164,10 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
     it, a 0-d fp64 tensor on the host, which the kernel reads. ``head_norm`` off (no head weight): RoPE alone,
     as Llama's q and k. ``interleaved``: RoPE's pairs neighbouring columns (GPT-J's and Cohere's form).
     ``partial`` > 1: rotate-half over the first head_dim / partial dims of each head only, the rest passed through
-    (GPT-NeoX's, GLM-4.5's), the tables that wide; the reference rotates the first dims alone. ``gates``: every other head is the output gate of the one
-    before it (Qwen3-Next's q projection), written as the projection computes it."""
+    (GPT-NeoX's, GLM-4.5's), the tables that wide; the reference rotates the first dims alone. ``gates``: every
+    other head is the output gate of the one before it (Qwen3-Next's q projection), written as the projection
+    computes it. ``center``: the per-head norm a LayerNorm without bias (Cohere's QK-norm; the projection's
+    output has a mean to remove); ``weight_rows``: its weight [H, D], one row per (q) head."""
     for M, K, heads, head_dim in HEAD_SHAPES:
         torch.manual_seed(M + heads)
         heads += heads % 2 if gates else 0  # (head, gate) pairs
@@ -170,13 +175,14 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         a = (torch.randn(M, K) * 2 + 0.5).to(DEVICE, dtype)
         w = (torch.randn(N, K) / K ** 0.5).to(DEVICE, dtype)
         rstd = torch.rand(M, device=DEVICE) + 0.5
-        head_weight = (torch.rand(head_dim) + 0.5).to(DEVICE, dtype) if head_norm else None
+        weight_shape = (heads // (2 if gates else 1), head_dim) if weight_rows else (head_dim,)
+        head_weight = (torch.rand(weight_shape) + 0.5).to(DEVICE, dtype) if head_norm else None
         R = head_dim // partial
         cos, sin = _rotary_tables(torch.arange(M) % 29, R, DEVICE, interleaved) if rope else (None, None)
         cos, sin = (t.to(dtype) if t is not None else None for t in (cos, sin))
         rope_dim = R if partial > 1 else 0
         epilogue = eg.Epilogue(row_norm="rms", head_dim=head_dim, rope=rope, head_norm=head_norm,
-                               rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates)
+                               rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates, head_center=center)
         tables = dict(rope_cos=cos, rope_sin=sin) if rope else {}  # [M, R]
         assert eg.unsupported_reason(a, w, False, epilogue) is None
         eps_value = 0.5 if eps_tensor else 1e-6  # large enough to show if the kernel ignored it
@@ -185,7 +191,7 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         out, aux, _ = regrouped.epilogue_gemm(a, w, None, None, rstd, None, None, "rms", "none", write_aux,
                                               "none", False, head_dim=head_dim, head_weight=head_weight,
                                               rope_interleaved=interleaved, rope_dim=rope_dim, head_gates=gates,
-                                              **tables, **eps)
+                                              head_center=center, **tables, **eps)
         z = ((a.double() @ w.double().t()) * rstd.double()[:, None]).view(M, heads, head_dim)
         if write_aux:
             assert not aux.isnan().any() and rel(aux, z.reshape(M, N)) < tol(dtype)
@@ -195,6 +201,8 @@ def test_per_head_norm_and_rope_match_float64(poisoned_empty, dtype, rope, write
         if gates:  # the q heads alone; their gates are the projection's output
             z = z[:, 0::2]
         if head_norm:
+            if center:
+                z = z - z.mean(-1, keepdim=True)
             z = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps_value) * head_weight.double()
         z_rot, z_pass = z[..., :R], z[..., R:]
         if rope and interleaved:
@@ -220,6 +228,8 @@ def test_per_head_norm_is_checked():
         eg.Epilogue(rope=True)
     with pytest.raises(ValueError, match="needs head_dim and rope"):
         eg.Epilogue(head_dim=16, head_norm=False)
+    with pytest.raises(ValueError, match="head_center makes the per-head norm a LayerNorm"):
+        eg.Epilogue(head_dim=16, rope=True, head_norm=False, head_center=True)
     for rope_dim, interleaved in ((6, False), (16, False), (8, True)):
         with pytest.raises(ValueError, match=f"rope_dim {rope_dim}: groups of rotated columns"):
             eg.Epilogue(head_dim=16, rope=True, rope_dim=rope_dim, rope_interleaved=interleaved)

@@ -285,6 +285,16 @@ def _epilogue_gemm(eg):
               epilogue=eg.Epilogue(row_norm="rms", head_dim=256, rope=True, rope_dim=64, head_gates=True,
                                    write_aux=True),
               head_norm=eg.HeadNorm(_empty(256), 1e-6, _empty(M, 64), _empty(M, 64)))
+    # the per-head LayerNorm with a weight per head (Cohere's QK-norm): before the interleaved RoPE with training's
+    # aux store, heads of 128; with output gates and RoPE over a quarter, heads of 256
+    eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), aux=_empty(M, N), scale=rows,
+              epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True, rope_interleaved=True, head_center=True,
+                                   write_aux=True),
+              head_norm=eg.HeadNorm(_empty(N // 128, 128), 1e-6, _empty(M, 128), _empty(M, 128)))
+    eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), scale=rows,
+              epilogue=eg.Epilogue(row_norm="rms", head_dim=256, rope=True, rope_dim=64, head_gates=True,
+                                   head_center=True),
+              head_norm=eg.HeadNorm(_empty(N // 512, 256), 1e-6, _empty(M, 64), _empty(M, 64)))
     # its eps read from a tensor (a graph input under dynamic shapes)
     eg.launch(eg.GPU_CONFIGS[0], a, w, _empty(M, N), epilogue=eg.Epilogue(row_norm="rms", head_dim=128, rope=True),
               scale=rows, head_norm=eg.HeadNorm(_empty(128), _empty(1, dtype=torch.float32), _empty(M, 128),

@@ -12,6 +12,8 @@ a [M, K], w [N, K] (or [K, N] with W_KN), all row-major with unit last stride. T
 * ``HAS_BIAS`` — a per-column vector (the linear's bias, or v = Wβ + b).
 * ``HEAD_DIM`` — a per-head RMSNorm of the projection's output (QK-norm: q and k of Qwen3-style attention), each
   head being HEAD_DIM consecutive columns (a BLOCK_N tile holds whole heads): z = z·rsqrt(mean_head(z²) + eps)·w[d];
+  ``HEAD_CENTER``: a per-head LayerNorm instead (no bias), z = (z − μ_head)·rsqrt(var_head + eps)·w[d] (Cohere's
+  QK-norm); ``HEAD_WEIGHT_PER_HEAD``: the weight [H, D], one row per head (global head index n // D);
   with ``ROPE`` then the rotate-half rotary embedding, z·cos + rotate_half(z)·sin, rotate_half(z) =
   (−z[D/2:], z[:D/2]) per head, cos and sin [M, D] rows by token (row m); ``ROPE_INTERLEAVED``: the pairs are
   (z[2i], z[2i+1]) instead, rotate(z)[2i] = −z[2i+1], rotate(z)[2i+1] = z[2i] (GPT-J's and Cohere's form).
@@ -107,20 +109,31 @@ def _group_halves(z, BLOCK_M: tl.constexpr, G: tl.constexpr, D: tl.constexpr, R:
 
 @triton.jit
 def _head_norm(z, weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM: tl.constexpr,
-               ROPE: tl.constexpr, INTERLEAVED: tl.constexpr, GATES: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):
-    """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM); with ROPE then
+               CENTER: tl.constexpr, WEIGHT_PER_HEAD: tl.constexpr, ROPE: tl.constexpr, INTERLEAVED: tl.constexpr,
+               GATES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+               R: tl.constexpr):
+    """Per head of D columns: z·rsqrt(mean(z²) + eps)·w[d] (HEAD_NORM; CENTER: of z − mean(z), LayerNorm;
+    WEIGHT_PER_HEAD: w[head, d]); with ROPE then
     z·cos + rotate(z)·sin, the pairs halves (of the first R columns where R < D, tables [M, R]) or (INTERLEAVED)
-    neighbours. GATES: the odd heads (each even head's output gate) pass through: rstd 1, weight 1, cos 1, sin 0
-    there."""
+    neighbours. GATES: the odd heads (each even head's output gate) pass through: mean 0, rstd 1, weight 1, cos 1,
+    sin 0 there."""
     G: tl.constexpr = BLOCK_N // D
     z = tl.reshape(z, (BLOCK_M, G, D))
     d = tl.arange(0, D)
     if GATES:
         normed = ((off_n // D + tl.arange(0, G)) % 2 == 0)[None, :]  # [1, G]: a q head, not a gate
     if HEAD_NORM:
+        if CENTER:
+            mean = tl.sum(z, axis=2) / D
+            if GATES:
+                mean = tl.where(normed, mean, 0.0)
+            z = z - mean[:, :, None]
         rstd = tl.rsqrt(tl.sum(z * z, axis=2) / D + eps)
-        w = tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
+        if WEIGHT_PER_HEAD:  # [H, D]: this tile's heads' rows (GATES: of the q heads alone)
+            heads = (off_n // D + tl.arange(0, G)) // (1 + GATES)
+            w = tl.load(weight_ptr + heads[:, None] * D + d[None, :]).to(tl.float32)[None, :, :]
+        else:
+            w = tl.load(weight_ptr + d).to(tl.float32)[None, None, :]
         if GATES:
             rstd = tl.where(normed, rstd, 1.0)
             w = tl.where(normed[:, :, None], w, 1.0)
@@ -333,6 +346,8 @@ def epilogue_gemm_kernel(
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_AUX: tl.constexpr,
     HEAD_DIM: tl.constexpr,  # 0 none, else a per-head piece over each HEAD_DIM columns
     HEAD_NORM: tl.constexpr,  # with HEAD_DIM: the per-head RMSNorm (off: the rotary embedding alone)
+    HEAD_CENTER: tl.constexpr,  # the per-head norm a LayerNorm (the head's mean subtracted), not an RMSNorm
+    HEAD_WEIGHT_PER_HEAD: tl.constexpr,  # the per-head norm's weight [H, D], not [D]
     EPS_FROM_PTR: tl.constexpr,  # the norm's eps (per-head or post-norm) read from norm_eps_ptr, not norm_eps
     ROPE: tl.constexpr,  # the rotary embedding after the per-head norm
     ROPE_INTERLEAVED: tl.constexpr,  # its pairs neighbouring columns, not halves
@@ -420,7 +435,8 @@ def epilogue_gemm_kernel(
             if WRITE_AUX:  # the projection's output, which the per-head norm's backward reads (training)
                 x_desc.store([off_m, off_n], acc.to(dtype))
             eps = tl.load(norm_eps_ptr).to(tl.float32) if EPS_FROM_PTR else tl.cast(norm_eps, tl.float32)
-            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM, ROPE,
+            acc = _head_norm(acc, head_weight_ptr, cos_ptr, sin_ptr, eps, offs_m, off_n, M, HEAD_NORM, HEAD_CENTER,
+                             HEAD_WEIGHT_PER_HEAD, ROPE,
                              ROPE_INTERLEAVED, HEAD_GATES, BLOCK_M, BLOCK_N, HEAD_DIM, ROPE_DIM)
         if HAS_RESIDUAL:
             r = residual.to(tl.float32)
@@ -494,6 +510,7 @@ class Epilogue:
     # [M, rope_dim] (partial rotary); 0: the head's halves
     rope_dim: int = 0
     head_norm: bool = True  # with head_dim: False leaves the norm out (the rotary embedding alone)
+    head_center: bool = False  # with head_norm: a per-head LayerNorm (the head's mean subtracted; no bias)
     # with head_dim: the heads alternate with their output gates (Qwen3-Next's q projection), passed through
     head_gates: bool = False
     post_norm: str = "none"  # "none" | "rms" | "ln": the norm of z over whole rows (N <= MAX_POST_NORM_N)
@@ -532,6 +549,8 @@ class Epilogue:
             raise ValueError("head_gates are passed-through heads between normalized ones: they need head_dim")
         if not self.head_norm and not (self.head_dim and self.rope):
             raise ValueError("head_norm=False is the rotary embedding alone: it needs head_dim and rope")
+        if self.head_center and not (self.head_dim and self.head_norm):
+            raise ValueError("head_center makes the per-head norm a LayerNorm: it needs head_dim and head_norm")
         if self.head_dim and (self.residual or self.stats != "none" or self.activation != "none"):
             raise ValueError("a per-head norm (QK-norm) takes no residual, statistics or activation after it")
         if self.post_norm not in STATS:
@@ -703,7 +722,7 @@ class ResidualNorm:
 
 @dataclasses.dataclass(frozen=True)
 class HeadNorm:
-    """A per-head RMSNorm's weight [D] (None: no norm, the rotary embedding alone) and eps (a number, or a
+    """A per-head norm's weight [D] or [H, D] (None: no norm, the rotary embedding alone) and eps (a number, or a
     one-element fp32 tensor on the kernel's device: a graph input under dynamic shapes), and the rotary tables
     cos, sin [M, D] (rows by token; [M, rope_dim] with the epilogue's rope_dim) or None."""
 
@@ -771,7 +790,10 @@ def launch(cfg: dict, a, w, out, *, epilogue: Epilogue, w_kn=False, aux=None, re
         x.stride(0) if x is not None else 0)
     meta = dict(
         ROW_NORM=STATS[epilogue.row_norm], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-        WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm, ROPE=epilogue.rope,
+        WRITE_AUX=aux is not None, HEAD_DIM=epilogue.head_dim, HEAD_NORM=epilogue.head_norm,
+        HEAD_CENTER=epilogue.head_center,
+        HEAD_WEIGHT_PER_HEAD=head_norm is not None and head_norm.weight is not None and head_norm.weight.dim() == 2,
+        ROPE=epilogue.rope,
         ROPE_INTERLEAVED=epilogue.rope_interleaved, ROPE_DIM=epilogue.rope_dim or epilogue.head_dim,
         HEAD_GATES=epilogue.head_gates,
         EPS_FROM_PTR=isinstance(eps, torch.Tensor),

@@ -1,0 +1,4 @@
+# Forty-third session, fourth call (H100, nvidia-h100-x1; 213 s of device time left): the per-head GPU tests of
+# this session's kernel changes (the tables read as halves, partial RoPE from tables of its width, the per-head
+# LayerNorm with a weight per head), then Cohere's QK-norm family, the output-gate and partial-RoPE pattern tests.
+source benchmarks/device_setup.sh; SECONDS=0; timeout 170 python -m pytest tests/test_regrouped.py tests/test_hf_models.py -q -p no:cacheprovider -k "per_head_norm_and_rope_match and (layer_norm or weight_per_head or quarter or half or gates) or inference-cohere_qk or output_gates or partial_rope" > $OUT/tests_d.log 2>&1; echo "rc $? ${SECONDS}s"; grep -E "passed|failed" $OUT/tests_d.log | tail -2 | cut -c1-300; grep -h "^FAILED\|^ERROR\|^E  " $OUT/tests_d.log | head -12 | cut -c1-300

@@ -871,8 +871,13 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
     out_shape = _view_shape(rw.act_output.meta["val"].shape) if rw.act_output is not None else pre_shape
     gated = len(consumers) == 2
     head = rw.head
+    keep_layout = False
     if head is not None:  # B and L may be symbolic: the trace reads them from its inputs' sizes
         B, L, H, D = head.view.meta["val"].shape
+        # a partial RoPE's output (its cat) is a contiguous [B, H, L, D]; under dynamic shapes the epilogue's
+        # transposed view in its place crashed the backward (Inductor asserted the attention output's strides with
+        # L baked in: fuzz_models seed 2026120509, case 1), so the output is given that layout there (a copy)
+        keep_layout = head.transposed and bool(head.rope_dim) and any(isinstance(d, torch.SymInt) for d in (B, L))
 
     def consumer(x, rstd, mean, gamma, beta, w0, w1, b0, b1, head_weight=None, cos=None, sin=None, head_eps=None,
                  **params):
@@ -922,7 +927,8 @@ def _insert_consumer(graph, norm, rw: _Rewrite, aux: bool, x, rstd, mean, gamma,
         else:  # the model's [B, H, L, D] view (or [B, L, H, D]); with output gates, the q half of [B, L, H, 2D]
             out_all = out
             out = out.view(B, L, H, 2 * D)[..., :D] if head.gate is not None else out.view(B, L, H, D)
-            results = [out.permute(0, 2, 1, 3) if head.transposed else out]
+            out = out.permute(0, 2, 1, 3) if head.transposed else out
+            results = [out.contiguous() if keep_layout else out]
         if aux:
             if gated:
                 pairs = aux_out.view(-1, N, 2)

@@ -139,7 +139,8 @@ def label_of(cfg: dict) -> str:
 
 
 SITE_FIELDS = {"head_dim": int, "rope": lambda v: bool(int(v)), "head_norm": lambda v: bool(int(v)),
-               "rope_interleaved": lambda v: bool(int(v)), "rope_dim": int, "head_gates": lambda v: bool(int(v))}
+               "rope_interleaved": lambda v: bool(int(v)), "rope_dim": int, "head_gates": lambda v: bool(int(v)),
+               "head_center": lambda v: bool(int(v))}
 
 
 def parse_site(spec: str) -> tuple:
@@ -147,7 +148,7 @@ def parse_site(spec: str) -> tuple:
     (``SITE_FIELDS``) change the selection's site, e.g. "per_head:16384x4096x4096:rope=1:head_norm=0" (a q
     projection with RoPE alone), ":head_dim=256", ":rope=1:rope_interleaved=1" (GPT-J's pairs) or
     ":rope=1:rope_dim=64" (partial rotary over halves of the first 64 dims); ":head_gates=1": each head's output
-    gate after it (Qwen3-Next's q projection)."""
+    gate after it (Qwen3-Next's q projection); ":head_center=1": the per-head norm a LayerNorm (Cohere's)."""
     kind, shape, *rest = spec.split(":")
     M, K, N = (int(v) for v in shape.split("x"))
     fields = {}
@@ -205,7 +206,8 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
         if site.head_dim:
             head = (f" head_dim {site.head_dim}{' rope' if site.rope else ''}{'' if site.head_norm else ' no-norm'}"
                     f"{' interleaved' if site.rope_interleaved else ''}"
-                    f"{f' rope_dim {site.rope_dim}' if site.rope_dim else ''}{' gates' if site.head_gates else ''}")
+                    f"{f' rope_dim {site.rope_dim}' if site.rope_dim else ''}{' gates' if site.head_gates else ''}"
+                    f"{' layer-norm' if site.head_center else ''}")
         name = f"{kind} {site.M}x{site.K}x{site.N} {site.activation}{' aux' if site.write_aux else ''}{head}"
         print(f"\n{name}: ms (/ best config), cuBLAS {t['cublas']:.4f}; {len(fns) - 1} configs compiled one by one "
               f"in {compile_s:.1f} s", flush=True)
@@ -214,7 +216,7 @@ def grid(rounds: int, json_path: str | None, only: list | None = None) -> None:
         rows.append(dict(kind=kind, M=site.M, K=site.K, N=site.N, activation=site.activation, aux=site.write_aux,
                          head_dim=site.head_dim, rope=site.rope, head_norm=site.head_norm,
                          rope_interleaved=site.rope_interleaved, rope_dim=site.rope_dim, head_gates=site.head_gates,
-                         cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
+                         head_center=site.head_center, cublas_ms=t["cublas"], compile_s=compile_s, configs={k: v for k, v in t.items() if k != "cublas"}))
         fns.clear()
         torch.cuda.empty_cache()
     if json_path:

@@ -997,6 +997,19 @@ def test_partial_rope_runs_in_the_epilogue(train, form, piece):
     assert len(taken) == 1, [s.line() for s in nfi.reports()]
 
 
+@pytest.mark.parametrize("bias, train", [(False, False), (True, True)], ids=["no_bias", "bias_training"])
+def test_per_head_layer_norm_qk_norm_goes_into_the_epilogue(bias, train):
+    """nn.LayerNorm(head_dim) as the QK-norm: without a bias the per-head LayerNorm and the RoPE after it go into
+    the q/k epilogue (the kernel's HEAD_CENTER); with a bias the epilogue takes the norm up to its weight and the
+    bias and RoPE stay Inductor's, after it. Output (and in training the gradients) as eager's."""
+    torch.manual_seed(14)
+    model = fuzz_models.PreNormAttention(nn.RMSNorm(32), 32, 16, qk_norm=True, rope="slice", bias=False, eps=1e-6)
+    model.q_norm, model.k_norm = nn.LayerNorm(16, bias=bias), nn.LayerNorm(16, bias=bias)
+    _attention_block_matches_eager(model.to(DEVICE), train)  # (its biases too moved off 0)
+    piece = "LayerNorm QK-norm in the epilogue" if bias else "LayerNorm QK-norm + RoPE in the epilogue"
+    assert any(s.rewritten and piece in s.reason for s in nfi.reports()), [s.line() for s in nfi.reports()]
+
+
 def test_partial_rope_trains_under_dynamic_shapes():
     """A partial RoPE's output (its cat: a contiguous [B, H, L, D]) replaced by the epilogue's transposed view
     crashed the backward under dynamic shapes at the second length (Inductor asserted the attention output's

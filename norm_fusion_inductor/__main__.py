@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--cache-dir", help="the cache folder (default ~/.cache/norm_fusion_inductor): compiles with "
                                          "this norm_fusion option cache_dir read the file written there")
     traces = commands.add_parser("trace-patterns", help="write the shipped pattern traces for this torch version "
-                                               "(developers: after a change to patterns/norm_forms.py or common.py)",
+                                               "(developers: after a change to patterns/norm_forms.py or tracing.py)",
                         description="Traces every pattern afresh and writes patterns/traced/torch-<version>.json, "
                                     "read instead of tracing (about 1.5 s per process) where its pattern sources "
                                     "match.")
@@ -131,10 +131,10 @@ def main(argv=None) -> int:
 
         return calibrate.command(quick=args.quick, backends=args.backends, out=args.out, cache_dir=args.cache_dir)
     if args.command == "trace-patterns":
-        from .patterns import common, trace_all
+        from .patterns import trace_all, tracing
 
-        path = common.write_shipped_traces(trace_all, args.out)
-        print(f"wrote {path} ({len(common._codes(path, shipped=True))} patterns)")
+        path = tracing.write_shipped_traces(trace_all, args.out)
+        print(f"wrote {path} ({len(tracing._codes(path, shipped=True))} patterns)")
         return 0
     return 2
 

@@ -131,7 +131,8 @@ class NormFusionPass(CustomGraphPass):
             global _JOINT_RUN_COUNT
             _JOINT_RUN_COUNT += 1
         from norm_fusion_inductor import selection
-        from norm_fusion_inductor.patterns.common import pattern_cache_root, report_leftover_norms
+        from norm_fusion_inductor.patterns.common import report_leftover_norms
+        from norm_fusion_inductor.patterns.tracing import pattern_cache_root
 
         before = report.seconds()
         ctx = PassContext(graph, self.config, self.STAGE)

@@ -1,8 +1,8 @@
 """The forms in which model code writes RMSNorm and LayerNorm, and the activations after a consumer matmul: eager
-functions that the pattern families trace into patterns (``common.traced_norm_forms``,
+functions that the pattern families trace into patterns (``tracing.traced_norm_forms``,
 ``regrouped_norm.activation_patterns``). Shared by the pre-norm families, the post-norm family and the per-head
 QK-norm search, so each form is written once. The traces shipped in ``traced/`` depend on this module and
-``common.py`` (``common.TRACED_SOURCES``): after a change to either, ``python -m norm_fusion_inductor
+``tracing.py`` (``tracing.TRACED_SOURCES``): after a change to either, ``python -m norm_fusion_inductor
 trace-patterns`` with each shipped torch."""
 
 from __future__ import annotations

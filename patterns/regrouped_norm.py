@@ -43,8 +43,9 @@ from torch.fx import Graph, Node
 from norm_fusion_inductor import regrouped  # registers torch.ops.norm_fusion.epilogue_gemm
 from norm_fusion_inductor.report import Implementation
 
-from .common import (TRACE_DTYPES, VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer,
-                     backward_reads_normed, cached_pattern, is_row_mean, is_rsqrt, size_hint, traced_norm_forms)
+from .common import (VIEW_OPS, _eps, also_read_reason, aten, as_matmul_consumer, backward_reads_normed, is_row_mean,
+                     is_rsqrt, size_hint)
+from .tracing import TRACE_DTYPES, cached_pattern, traced_norm_forms
 from .norm_forms import ACTIVATION_FORMS, GATED_FORMS, LN_FORMS, RMS_FORMS
 
 FUSION = "regrouped_norm"

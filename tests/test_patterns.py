@@ -465,51 +465,52 @@ def test_traced_patterns_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
     pattern without tracing (tracing costs ~1.5 s per process); an unreadable entry is traced again."""
     from torch._inductor import pattern_matcher as pm
 
-    from norm_fusion_inductor.patterns import common
+    from norm_fusion_inductor.patterns import tracing
     from norm_fusion_inductor.patterns.norm_forms import RMS_FORMS
 
     forms = {"hf_llama": RMS_FORMS["hf_llama"], "gemma": RMS_FORMS["gemma"]}
-    monkeypatch.setattr(common, "_PATTERN_CODE", {})
-    monkeypatch.setattr(common, "SHIPPED_TRACES", tmp_path / "none shipped")
-    with common.pattern_cache_root(str(tmp_path)):
-        traced = [(name, repr(p)) for name, p in common.traced_norm_forms(forms)]
+    monkeypatch.setattr(tracing, "_PATTERN_CODE", {})
+    monkeypatch.setattr(tracing, "SHIPPED_TRACES", tmp_path / "none shipped")
+    with tracing.pattern_cache_root(str(tmp_path)):
+        traced = [(name, repr(p)) for name, p in tracing.traced_norm_forms(forms)]
         files = list((tmp_path / "patterns").glob("*.json"))
         assert len(files) == 1 and len(traced) == 4  # two forms, two dtype classes
-        monkeypatch.setattr(common, "_PATTERN_CODE", {})  # a new process
+        monkeypatch.setattr(tracing, "_PATTERN_CODE", {})  # a new process
         monkeypatch.setattr(pm, "gen_pattern", lambda *args, **kw: pytest.fail("traced again"))
-        assert [(name, repr(p)) for name, p in common.traced_norm_forms(forms)] == traced
+        assert [(name, repr(p)) for name, p in tracing.traced_norm_forms(forms)] == traced
         monkeypatch.undo()
-        monkeypatch.setattr(common, "_PATTERN_CODE", {})
+        monkeypatch.setattr(tracing, "_PATTERN_CODE", {})
         files[0].write_text(files[0].read_text().replace("CallFunction(", "NoSuchPattern("))
-        assert [(name, repr(p)) for name, p in common.traced_norm_forms(forms)] == traced
+        assert [(name, repr(p)) for name, p in tracing.traced_norm_forms(forms)] == traced
 
 
 def test_shipped_traces_are_what_tracing_gives(tmp_path, monkeypatch):
     """Each shipped traces file (patterns/traced/) was traced from the current pattern sources, and the running
     torch's holds exactly what tracing every pattern afresh gives, so a process reads them instead of tracing: after
-    a change to patterns/norm_forms.py or patterns/common.py, run ``python -m norm_fusion_inductor trace-patterns`` with each shipped torch."""
+    a change to patterns/norm_forms.py or patterns/tracing.py, run ``python -m norm_fusion_inductor trace-patterns``
+    with each shipped torch."""
     import json
     import subprocess
     import sys
 
     from torch._inductor import pattern_matcher as pm
 
-    from norm_fusion_inductor.patterns import common
+    from norm_fusion_inductor.patterns import tracing
     from norm_fusion_inductor.patterns.norm_forms import RMS_FORMS
 
-    shipped = sorted(common.SHIPPED_TRACES.glob("torch-*.json"))
-    assert common.shipped_traces_file() in shipped, f"no traces shipped for torch {torch.__version__}"
+    shipped = sorted(tracing.SHIPPED_TRACES.glob("torch-*.json"))
+    assert tracing.shipped_traces_file() in shipped, f"no traces shipped for torch {torch.__version__}"
     for path in shipped:
-        assert json.loads(path.read_text())["sources"] == common.pattern_sources_digest(), \
+        assert json.loads(path.read_text())["sources"] == tracing.pattern_sources_digest(), \
             f"{path.name} was traced from other pattern sources: run python -m norm_fusion_inductor trace-patterns"
     out = tmp_path / "fresh.json"
     subprocess.run([sys.executable, "-m", "norm_fusion_inductor", "trace-patterns", "--out", str(out)], check=True,
                    capture_output=True)
-    assert json.loads(out.read_text())["patterns"] == json.loads(common.shipped_traces_file().read_text())["patterns"]
-    monkeypatch.setattr(common, "_PATTERN_CODE", {})
+    assert json.loads(out.read_text())["patterns"] == json.loads(tracing.shipped_traces_file().read_text())["patterns"]
+    monkeypatch.setattr(tracing, "_PATTERN_CODE", {})
     monkeypatch.setattr(pm, "gen_pattern", lambda *args, **kw: pytest.fail("traced, not read"))
-    with common.pattern_cache_root(str(tmp_path / "empty cache")):
-        assert len(common.traced_norm_forms({"hf_llama": RMS_FORMS["hf_llama"]})) == 2
+    with tracing.pattern_cache_root(str(tmp_path / "empty cache")):
+        assert len(tracing.traced_norm_forms({"hf_llama": RMS_FORMS["hf_llama"]})) == 2
 
 
 def test_pass_reports_where_its_compile_time_went():

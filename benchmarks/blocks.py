@@ -95,6 +95,25 @@ BLOCKS = {
                          config=dict(intermediate_size=9216, num_attention_heads=8, num_key_value_heads=4,
                                      head_dim=256, global_head_dim=512, sliding_window=512,
                                      max_position_embeddings=4096, hidden_size_per_layer_input=0)),
+    # issue 27's first compiles for the other tested families at real sizes: GLM-4-9B (RoPE over half of each
+    # head, neighbouring pairs; sandwich norms), OLMo-2-7B (post-norm blocks, full-width q/k norms), Gemma-2-9B
+    # (sandwich norms, heads of 256), HunYuan-7B-like (per-head q/k norms after RoPE), Command R+ (per-head
+    # LayerNorm q/k norms before the interleaved RoPE; parallel blocks)
+    "glm4_9b_layer": dict(kind="hf", family="glm4", hidden=4096, batch=4, seq=2048,
+                          config=dict(intermediate_size=13696, num_attention_heads=32, num_key_value_heads=2,
+                                      head_dim=128, max_position_embeddings=4096)),
+    "olmo2_7b_layer": dict(kind="hf", family="olmo2", hidden=4096, batch=4, seq=2048,
+                           config=dict(intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
+                                       max_position_embeddings=4096)),
+    "gemma2_9b_layer": dict(kind="hf", family="gemma2", hidden=3584, batch=4, seq=2048,
+                            config=dict(intermediate_size=14336, num_attention_heads=16, num_key_value_heads=8,
+                                        head_dim=256, max_position_embeddings=4096)),
+    "hunyuan_7b_layer": dict(kind="hf", family="hunyuan", hidden=4096, batch=4, seq=2048,
+                             config=dict(intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                                         head_dim=128, max_position_embeddings=4096)),
+    "command_r_plus_layer": dict(kind="hf", family="cohere_qk", hidden=12288, batch=2, seq=2048,
+                                 config=dict(intermediate_size=33792, num_attention_heads=96, num_key_value_heads=8,
+                                             max_position_embeddings=4096)),
 }
 SMOKE = {
     "recsys_ln_tower": dict(BLOCKS["recsys_ln_tower"], rows=64, width=32, hidden=64),

@@ -1,4 +1,4 @@
-# Forty-third session's next call (planned, not run: device time ran out; any H100 or H200, name the card): the
+# Forty-fourth session, first call (any H100 or H200; planned last session as 05d/call_e.sh): the
 # GPU tests this session's changes did not reach, verbose (-rA) so a cut run still says which passed — the per-head
 # float64 kernel cases (the tables read as halves, partial RoPE from [M, R] tables, the per-head LayerNorm with a
 # weight per head), Cohere's QK-norm family, the partial-RoPE (dynamic shapes too) and gated-q pattern tests; then

@@ -434,7 +434,20 @@ def _matmul_form_reason(x: Node, path: list) -> str:
             + ", ".join(str(n.target).split(".")[-2] for n in path) + ")")
 
 
-def _qk_norm_reason(ctx, head_dim: int) -> str:
+_TO_PROJECTION = (*VIEW_OPS, aten.transpose.int, aten.permute.default, aten.clone.default, aten.split.Tensor,
+                  aten.split_with_sizes.default, operator.getitem, torch.ops.prims.convert_element_type.default)
+
+
+def _projection_of(x: Node) -> Optional[Node]:
+    """The node that computes the q/k projection a per-head norm's input ``x`` is a view of (through views, the
+    heads' transpose, a dtype cast and the output gates' split), or None."""
+    node = x
+    while isinstance(node, Node) and node.target in _TO_PROJECTION:
+        node = node.args[0]
+    return node if isinstance(node, Node) else None
+
+
+def _qk_norm_reason(ctx, head_dim: int, x: Node) -> str:
     """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
     projection it rewrites (regrouped_norm._find_head_norm)."""
     from norm_fusion_inductor.regrouped import head_dim_problem
@@ -444,10 +457,13 @@ def _qk_norm_reason(ctx, head_dim: int) -> str:
                 "off (fusions 'regrouped_norm')")
     if head_dim_problem(head_dim):
         return "the q/k projection's epilogue cannot take it: " + head_dim_problem(head_dim)
-    return ("the regrouped_norm family did not take it into a q/k projection's epilogue (it takes a per-head "
-            "RMSNorm or bias-free LayerNorm with a weight of [D] or [H, D], ± RoPE, only right after a projection it "
-            "rewrites, the [B, L, H, D] view its only reader; the projection's own record says whether it was "
-            "rewritten)")
+    projection = _projection_of(x)
+    if projection is not None and projection.target in (aten.mm.default, aten.addmm.default):
+        return ("its q/k projection stayed Inductor's matmul (not rewritten: the record of the norm before it, "
+                "regrouped_norm, says why), and only a rewritten projection's epilogue takes it")
+    return ("the regrouped_norm family did not take it into its q/k projection's epilogue (it takes a per-head "
+            "RMSNorm or bias-free LayerNorm with a weight of [D] or [H, D], ± RoPE, right after the projection's "
+            "[B, L, H, D] view, its only reader)")
 
 
 def report_leftover_norms(graph: Graph, ctx) -> None:
@@ -469,7 +485,7 @@ def report_leftover_norms(graph: Graph, ctx) -> None:
         elif fed == "attention" and x.meta["val"].dim() >= 4:  # [B, L, H, D]: normalized per head
             site = ctx.site("qk_norm", norm, node)
             reason = ("feeds attention: a per-head q/k norm (QK-norm); "
-                      + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1])))
+                      + _qk_norm_reason(ctx, size_hint(x.meta["val"].shape[-1]), x))
         elif fed == "attention":
             site = ctx.site("standalone", norm, node)
             reason = ("feeds attention: a full-width norm fuses with attention only inside the norm → attention "

@@ -268,6 +268,20 @@ def test_qk_norm_of_heads_no_tile_holds_is_left_with_its_reason():
     assert len(reasons) == 2 and all("head_dim 40 is not a power of two" in r for r in reasons), reasons
 
 
+def test_qk_norm_after_a_projection_left_unfused_says_so():
+    """Where the q/k projection itself is not rewritten (here policy never), the per-head norms' record says that
+    their projection stayed Inductor's matmul, not that their form was not taken."""
+    torch.manual_seed(0)
+    block = fuzz_models.PreNormAttention(nn.RMSNorm(32), 32, 16, qk_norm=True, rope=None, bias=False, eps=1e-6)
+    x = torch.randn(2, 6, 32, device=DEVICE)
+    nfi.clear_reports()
+    options = {"norm_fusion": dict(REGROUPED["norm_fusion"], policy="never")}
+    out = torch.compile(block.to(DEVICE), backend="norm_fusion", options=options)(x)
+    assert rel(out, copy.deepcopy(block).double()(x.double())) < 1e-4
+    reasons = [s.reason for s in nfi.reports() if s.fusion == "qk_norm"]
+    assert len(reasons) == 2 and all("stayed Inductor's matmul" in r for r in reasons), reasons
+
+
 def test_training_fold_keeps_the_weights_rounding():
     """Training folds W·γ in the graph: u = Σ_k (W·γ) must be the sum of the 16-bit weight the GEMM multiplies (the
     mean correction μ·u then cancels the GEMM's μ term), not of the fp32 product before its rounding, which

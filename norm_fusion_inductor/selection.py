@@ -570,9 +570,12 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
                         head_center)
     if config.policy == "never":
         return Choice(False, Implementation.UNFUSED, "policy=never")
+    misaligned = (K * elem) % 16 or (N * elem) % 16
     if device.type != "cuda":
         if eg.interpret_mode() and dtype == torch.bfloat16:  # eg.unsupported_reason: the op runs its reference
             return Choice(True, Implementation.REFERENCE, "Triton interpreter (bf16: the op's torch reference)")
+        if eg.interpret_mode() and misaligned:  # the kernel would not take it: the op would run its reference
+            return Choice(False, Implementation.UNFUSED, f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
         if eg.interpret_mode():
             return Choice(True, Implementation.REGROUPED_TRITON, "Triton interpreter")
         if config.policy == "always":
@@ -580,7 +583,7 @@ def choose_epilogue_gemm(M, N, K, dtype, device, *, row_norm, activation, write_
         return Choice(False, Implementation.UNFUSED, f"no fused kernel for device '{device.type}'")
     if torch.cuda.get_device_capability(device)[0] < 9:
         return Choice(False, Implementation.UNFUSED, "tensor descriptors (TMA) need sm_90 or newer")
-    if (K * elem) % 16 or (N * elem) % 16:
+    if misaligned:
         return Choice(False, Implementation.UNFUSED, f"K={K} or N={N} rows are not 16-byte aligned (TMA)")
     if config.policy == "always":
         if "triton" not in config.gemm_backends:

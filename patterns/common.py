@@ -447,6 +447,26 @@ def _projection_of(x: Node) -> Optional[Node]:
     return node if isinstance(node, Node) else None
 
 
+def _reads_a_norm(a: Node, depth: int = 8) -> bool:
+    """Whether the matmul operand ``a`` is a norm's output: an rsqrt within ``depth`` pointwise or view ops,
+    not through a residual add (an add of two tensors of the output's rank; a LayerNorm's bias add has a lower
+    one), which would find the norm of a post-norm block before the stream."""
+    stack = [(a, 0)]
+    while stack:
+        node, d = stack.pop()
+        if not isinstance(node, Node) or d > depth:
+            continue
+        if is_rsqrt(node):
+            return True
+        ranks = [getattr(n.meta.get("val"), "ndim", None) if isinstance(n, Node) else None
+                 for n in (node, *node.args[:2])]
+        if node.target == aten.add.Tensor and ranks[0] is not None and ranks[1] == ranks[2] == ranks[0]:
+            continue
+        if node.target in _THROUGH:
+            stack.extend((n, d + 1) for n in node.all_input_nodes)
+    return False
+
+
 def _qk_norm_reason(ctx, head_dim: int, x: Node) -> str:
     """Why a per-head q/k norm is left: only the regrouped family fuses one, into the epilogue of the q/k
     projection it rewrites (regrouped_norm._find_head_norm)."""
@@ -459,8 +479,11 @@ def _qk_norm_reason(ctx, head_dim: int, x: Node) -> str:
         return "the q/k projection's epilogue cannot take it: " + head_dim_problem(head_dim)
     projection = _projection_of(x)
     if projection is not None and projection.target in (aten.mm.default, aten.addmm.default):
-        return ("its q/k projection stayed Inductor's matmul (not rewritten: the record of the norm before it, "
-                "regrouped_norm, says why), and only a rewritten projection's epilogue takes it")
+        if _reads_a_norm(projection.args[0 if projection.target == aten.mm.default else 1]):
+            return ("its q/k projection stayed Inductor's matmul (not rewritten: the record of the norm it reads, "
+                    "regrouped_norm, says why), and only a rewritten projection's epilogue takes it")
+        return ("its q/k projection reads no normalized tensor (a post-norm block's), so no regrouped site "
+                "rewrites it, and only a rewritten projection's epilogue takes it")
     return ("the regrouped_norm family did not take it into its q/k projection's epilogue (it takes a per-head "
             "RMSNorm or bias-free LayerNorm with a weight of [D] or [H, D], ± RoPE, right after the projection's "
             "[B, L, H, D] view, its only reader)")

@@ -128,6 +128,19 @@ def test_static_reasons_decline_without_measuring(monkeypatch, tmp_path):
     assert "sm_90" in selection._static_reason(CUDA_SITE)
 
 
+@interpreter
+def test_interpreter_declines_rows_the_kernel_would_not_take():
+    """Under the Triton interpreter (the CPU suite's kernels) a consumer whose output rows are not 16-byte aligned
+    is left with that reason, as on the GPU, instead of being counted as rewritten while its op runs the torch
+    reference (a 37-wide lm_head: 148-byte fp32 rows)."""
+    args = dict(row_norm="rms", activation="none", write_aux=False, stats="none", residual=False, w_kn=False,
+                norm_bytes=0, config=NormFusionConfig(policy="always"))
+    odd = selection.choose_epilogue_gemm(24, 37, 64, torch.float32, torch.device("cpu"), **args)
+    even = selection.choose_epilogue_gemm(24, 36, 64, torch.float32, torch.device("cpu"), **args)
+    assert not odd.fused and "N=37 rows are not 16-byte aligned" in odd.reason
+    assert even.fused and even.implementation == "regrouped_triton"
+
+
 def test_host_time_is_measured_without_the_python_dispatcher():
     """Inductor's compile runs the pass under the Python dispatcher, which inflates eager host time; the compiled
     graph does not run under it, so the host measurement turns it off."""

@@ -8,7 +8,8 @@ the Triton interpreter (the kernels run on the CPU in fp32):
     TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py qwen3_next --layer-type full_attention
 
 The config: hidden 64, 2 layers, 4 heads of 16 (2 key/value heads), intermediate 128, vocabulary 128, and for a
-mixture of experts 2 experts, 1 per token — each only where the family's config has that field. A family whose
+mixture of experts 2 experts, 1 per token — each only where the family's config has that field, in its
+sub-configs too (a composite model's text or vision config). A family whose
 tiny model cannot be built or run eagerly is reported as skipped with the error.
 """
 import argparse
@@ -26,13 +27,10 @@ TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_la
             q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16)
 
 
-def tiny_config(family: str, leave_out=(), layer_type: str = ""):
-    """The family's config with the fields of ``TINY`` that it has (but ``leave_out``) set to them; with
-    ``layer_type`` (e.g. "full_attention") every layer of a hybrid family that has per-layer types is of it."""
+def _tiny_fields(default, leave_out=(), layer_type: str = "") -> dict:
+    """The fields of ``TINY`` that the config ``default`` has (but ``leave_out``), and its sub-configs (a
+    composite model's text, vision or audio config) made tiny the same way, as dicts."""
     import transformers
-
-    cls = transformers.AutoConfig.for_model(family).__class__
-    default = cls()
 
     def has(name):
         try:
@@ -43,7 +41,20 @@ def tiny_config(family: str, leave_out=(), layer_type: str = ""):
     fields = {k: v for k, v in TINY.items() if k not in leave_out and has(k)}
     if layer_type and has("layer_types"):
         fields["layer_types"] = [layer_type] * TINY["num_hidden_layers"]
-    return cls(**fields)
+    for name, sub in vars(default).items():  # default-sized inner models filled 24 GB (BLT, dots3_note)
+        if isinstance(sub, transformers.PretrainedConfig):
+            fields[name] = _tiny_fields(type(sub)(), leave_out, layer_type)
+    return fields
+
+
+def tiny_config(family: str, leave_out=(), layer_type: str = ""):
+    """The family's config with the fields of ``TINY`` that it and its sub-configs have (but ``leave_out``) set
+    to them; with ``layer_type`` (e.g. "full_attention") every layer of a hybrid family that has per-layer types
+    is of it."""
+    import transformers
+
+    cls = transformers.AutoConfig.for_model(family).__class__
+    return cls(**_tiny_fields(cls(), leave_out, layer_type))
 
 
 def tiny_model(family: str, layer_type: str = ""):

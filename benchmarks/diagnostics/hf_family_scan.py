@@ -6,6 +6,7 @@ the Triton interpreter (the kernels run on the CPU in fp32):
 
     TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py mistral qwen2 smollm3 ...
     TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py qwen3_next --layer-type full_attention
+    TRITON_INTERPRET=1 python benchmarks/diagnostics/hf_family_scan.py mistral --train   # gradients too
 
 The config: hidden 64, 2 layers, 4 heads of 16 (2 key/value heads), intermediate 128, vocabulary 128, and for a
 mixture of experts 2 experts, 1 per token — each only where the family's config has that field, in its
@@ -73,7 +74,36 @@ def tiny_model(family: str, layer_type: str = ""):
     raise error
 
 
-def scan(family: str, layer_type: str = "") -> str:
+def _gradients(model, run, ids) -> tuple:
+    """(every parameter's gradient, the logits) of one step of ``run`` under a fixed random output gradient (the
+    model stays in eval mode: no dropout to tell two runs apart)."""
+    model.zero_grad()
+    out = run(input_ids=ids, use_cache=False).logits
+    (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, out.detach()
+
+
+def _worst_gradient_error(grads: dict, eager: dict) -> float:
+    """max over parameters of ‖g − g_eager‖ / max(‖g_eager‖, 1e-3): the floor for gradients that are 0 in exact
+    arithmetic (a router's under one expert per token)."""
+    return max(((grads[n] - g).norm() / g.norm().clamp(min=1e-3)).item() for n, g in eager.items())
+
+
+def _training_errors(model, compiled, ids) -> tuple:
+    """(output error, worst gradient error, Inductor default's worst gradient error or None) of a training step
+    compiled with the plugin against eager; default's is measured where the plugin's is over 1e-4, to tell the
+    plugin's error from Inductor's."""
+    fused, out = _gradients(model, compiled, ids)
+    eager, ref = _gradients(model, model, ids)
+    worst = _worst_gradient_error(fused, eager)
+    default = None
+    if worst > 1e-4:
+        torch._dynamo.reset()
+        default = _worst_gradient_error(_gradients(model, torch.compile(model), ids)[0], eager)
+    return ((out - ref).norm() / ref.norm()).item(), worst, default
+
+
+def scan(family: str, layer_type: str = "", train: bool = False) -> str:
     try:
         model, ids, ref = tiny_model(family, layer_type)
     except Exception as e:
@@ -82,16 +112,22 @@ def scan(family: str, layer_type: str = "") -> str:
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="norm_fusion",
                              options={"norm_fusion": {"policy": "always", "fusions": nfi.KNOWN_FUSIONS}})
+    grad_err = default_err = None
     try:
-        with torch.no_grad():
-            out = compiled(input_ids=ids, use_cache=False).logits
+        if train:
+            err, grad_err, default_err = _training_errors(model, compiled, ids)
+        else:
+            with torch.no_grad():
+                out = compiled(input_ids=ids, use_cache=False).logits
+            err = ((out - ref).norm() / ref.norm()).item()
     except Exception:
         return f"{family}: FAILED to compile or run:\n{traceback.format_exc(limit=-4)}"
-    err = ((out - ref).norm() / ref.norm()).item()
     sites = nfi.reports()
     rope, qk = (sum(piece in s.reason for s in sites if s.rewritten) for piece in ("RoPE", "QK-norm"))
-    lines = [f"{family}: {sum(s.rewritten for s in sites)} of {len(sites)} rewritten, err {err:.1e}; "
-             f"sites with RoPE in an epilogue {rope}, with a QK-norm {qk}"]
+    lines = [f"{family}: {sum(s.rewritten for s in sites)} of {len(sites)} rewritten, err {err:.1e}"
+             + (f", worst gradient err {grad_err:.1e}" if grad_err is not None else "")
+             + (f" (Inductor default: {default_err:.1e})" if default_err is not None else "")
+             + f"; sites with RoPE in an epilogue {rope}, with a QK-norm {qk}"]
     lines += [f"   unfused {s.fusion} {s.shape} | {s.reason[:230]}" for s in sites if not s.rewritten]
     return "\n".join(lines)
 
@@ -101,9 +137,11 @@ def main(argv=None) -> int:
     ap.add_argument("families", nargs="+", help="transformers model_type names, e.g. mistral qwen2 phi3")
     ap.add_argument("--layer-type", default="", help="every layer of a hybrid family of this type, e.g. "
                                                      "full_attention (Qwen3-Next's default tiny layers are linear)")
+    ap.add_argument("--train", action="store_true", help="a training step instead: the output and every "
+                                                            "parameter's gradient against eager's")
     args = ap.parse_args(argv)
     for family in args.families:
-        print(scan(family, args.layer_type), flush=True)
+        print(scan(family, args.layer_type, args.train), flush=True)
     return 0
 
 

@@ -447,6 +447,12 @@ def _projection_of(x: Node) -> Optional[Node]:
     return node if isinstance(node, Node) else None
 
 
+def _residual_add(add: Node) -> bool:
+    """Whether ``add`` adds two tensors of its own rank (a residual stream), not a lower-rank bias."""
+    ranks = [getattr(n.meta.get("val"), "ndim", None) if isinstance(n, Node) else None for n in (add, *add.args[:2])]
+    return ranks[0] is not None and ranks[1] == ranks[2] == ranks[0]
+
+
 def _reads_a_norm(a: Node, depth: int = 8) -> bool:
     """Whether the matmul operand ``a`` is a norm's output: an rsqrt within ``depth`` pointwise or view ops,
     not through a residual add (an add of two tensors of the output's rank; a LayerNorm's bias add has a lower
@@ -458,9 +464,7 @@ def _reads_a_norm(a: Node, depth: int = 8) -> bool:
             continue
         if is_rsqrt(node):
             return True
-        ranks = [getattr(n.meta.get("val"), "ndim", None) if isinstance(n, Node) else None
-                 for n in (node, *node.args[:2])]
-        if node.target == aten.add.Tensor and ranks[0] is not None and ranks[1] == ranks[2] == ranks[0]:
+        if node.target == aten.add.Tensor and _residual_add(node):
             continue
         if node.target in _THROUGH:
             stack.extend((n, d + 1) for n in node.all_input_nodes)
